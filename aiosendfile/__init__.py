@@ -1,0 +1,32 @@
+"""aiosendfile: zero-copy file sending for asyncio and uvloop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _core
+from ._buffered import get_chunk_size, set_chunk_size
+from ._core import sendfile
+from ._errors import SendfileNotAvailableError, TransportClosingError
+from ._send import PathChoice, send, which_path
+
+__version__ = "0.1.0"
+
+__all__ = (
+    "CORE",
+    "PathChoice",
+    "SendfileNotAvailableError",
+    "TransportClosingError",
+    "get_chunk_size",
+    "send",
+    "sendfile",
+    "set_chunk_size",
+    "which_path",
+)
+
+
+def __getattr__(name: str) -> Any:
+    # CORE is read at each access: "c" (the extension) or "py" (its pure-Python twin).
+    if name == "CORE":
+        return _core.CORE
+    raise AttributeError(f"module 'aiosendfile' has no attribute {name!r}")

@@ -1,0 +1,136 @@
+"""The pure-Python twin of the C core: the same step through os.sendfile.
+
+Chosen at import time when the extension is not built or when
+AIOSENDFILE_NO_EXTENSIONS=1 is set.  Same signature and semantics as
+aiosendfile._core_c.sendfile; slower per call, identical on the wire.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import socket
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
+
+# Mirrors csrc/asf_config.h: feature-detected once, so callers never catch AttributeError.
+HAVE_SENDFILE = hasattr(os, "sendfile")
+_MSG_MORE = getattr(socket, "MSG_MORE", 0)  # Linux >= 2.4.4
+_MSG_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)  # Linux >= 2.2
+_HAVE_SIGMASK = hasattr(signal, "pthread_sigmask") and hasattr(signal, "sigtimedwait")
+_SIGPIPE_ONLY = {signal.SIGPIPE} if hasattr(signal, "SIGPIPE") else set()
+# The kernel's MAX_RW_COUNT: the most one sendfile(2) call moves.
+_MAX_SYSCALL_BYTES = 0x7FFFF000
+
+
+def sendfile(
+    out: int,
+    in_: int,
+    offset: int | None,
+    nbytes: int,
+    header: Buffer = b"",
+    trailer: Buffer = b"",
+    flags: int = 0,
+) -> int:
+    """One non-blocking step: header, up to nbytes file bytes, then trailer.
+
+    See aiosendfile._core_c.sendfile for the contract; flags is ignored.
+    """
+    del flags  # accepted for pysendfile compatibility
+    for name, value in (("out", out), ("in_", in_), ("nbytes", nbytes)):
+        if not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if offset is not None:
+        if not isinstance(offset, int):
+            raise TypeError(f"offset must be an int or None, not {type(offset).__name__}")
+        if offset < 0:
+            raise ValueError("offset must be >= 0")
+    if nbytes < 0:
+        raise ValueError("nbytes must be >= 0")
+    header = memoryview(header).cast("B")
+    trailer = memoryview(trailer).cast("B")
+
+    with _SigpipeGuard():
+        step = _Step(out, in_, offset, nbytes)
+        try:
+            step.write(header, more_follows=nbytes > 0 or len(trailer) > 0)
+            step.send_file()
+            if step.file_sent == nbytes:
+                step.write(trailer, more_follows=False)
+        except OSError:
+            if step.written == 0:
+                raise
+            # Partly written: report the count; the error comes back on the next call.
+        finally:
+            step.close()
+        return step.written
+
+
+class _Step:
+    """Accounts for one call: how much went, on which kind of descriptor."""
+
+    def __init__(self, out: int, in_: int, offset: int | None, nbytes: int) -> None:
+        self.out, self.in_, self.offset, self.nbytes = out, in_, offset, nbytes
+        self.written = 0
+        self.file_sent = 0
+        self._sock: socket.socket | None = None
+        self._is_socket = True
+
+    def write(self, data: memoryview, *, more_follows: bool) -> None:
+        done = 0
+        while done < len(data):
+            n = self._write_some(data[done:], more_follows)
+            done += n
+            self.written += n
+
+    def _write_some(self, data: memoryview, more_follows: bool) -> int:
+        if self._is_socket:
+            try:
+                if self._sock is None:
+                    self._sock = socket.socket(fileno=self.out)
+                return self._sock.send(data, _MSG_NOSIGNAL | (_MSG_MORE if more_follows else 0))
+            except OSError as exc:
+                if exc.errno != errno.ENOTSOCK:
+                    raise
+                self._is_socket = False  # sendfile(2) also writes to pipes and files
+        return os.write(self.out, data)
+
+    def send_file(self) -> None:
+        while self.file_sent < self.nbytes:
+            chunk = min(self.nbytes - self.file_sent, _MAX_SYSCALL_BYTES)
+            if self.offset is None:
+                n = os.sendfile(self.out, self.in_, None, chunk)
+            else:
+                n = os.sendfile(self.out, self.in_, self.offset + self.file_sent, chunk)
+            if n == 0:
+                return  # end of file: shorter than asked
+            self.file_sent += n
+            self.written += n
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.detach()  # the descriptor belongs to the caller
+
+
+class _SigpipeGuard:
+    """Blocks SIGPIPE around the step and takes back any the step raised.
+
+    sendfile(2) has no MSG_NOSIGNAL, and the kernel raises SIGPIPE on a reset
+    even when the call returns a partial count.
+    """
+
+    def __enter__(self) -> None:
+        if not _HAVE_SIGMASK:
+            return
+        self._saved = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGPIPE_ONLY)
+        self._was_pending = signal.SIGPIPE in signal.sigpending()
+
+    def __exit__(self, *exc_info: object) -> None:
+        if not _HAVE_SIGMASK:
+            return
+        if not self._was_pending and signal.SIGPIPE in signal.sigpending():
+            signal.sigtimedwait(_SIGPIPE_ONLY, 0)
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._saved)

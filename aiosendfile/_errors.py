@@ -1,0 +1,50 @@
+"""Exceptions, and the one place an OSError from the core is classified."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import errno
+
+# The same class as asyncio's, so `except` clauses written for loop.sendfile() work.
+SendfileNotAvailableError = asyncio.SendfileNotAvailableError
+
+
+class TransportClosingError(ConnectionError, RuntimeError):
+    """The writer's transport is closing or closed.
+
+    A ConnectionError (the connection is gone for writing) and a RuntimeError
+    (what asyncio's loop.sendfile raises: "Transport is closing").
+    """
+
+
+def transport_closing() -> TransportClosingError:
+    return TransportClosingError("Transport is closing")
+
+
+class Action(enum.Enum):
+    RETRY = "wait for the socket to be writable and call again"
+    FALLBACK = "zero-copy refused: use the buffered path"
+    RAISE = "give up: raise to the caller"
+
+
+# sendfile(2) refuses the file or the descriptor pair; asyncio's
+# _sock_sendfile_native_impl falls back on these too, when no byte has gone.
+_REFUSED = frozenset(
+    code
+    for code in (
+        getattr(errno, name, None)
+        for name in ("EINVAL", "ENOSYS", "EOPNOTSUPP", "ENOTSUP", "ENOTSOCK")
+    )
+    if code is not None
+)
+_RETRY = frozenset((errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR))
+
+
+def classify(exc: OSError, *, file_bytes_sent: int) -> Action:
+    """Decides what an OSError raised by the core means for the send in progress."""
+    if exc.errno in _RETRY:
+        return Action.RETRY
+    if exc.errno in _REFUSED and file_bytes_sent == 0:
+        return Action.FALLBACK
+    return Action.RAISE

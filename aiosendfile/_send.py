@@ -1,0 +1,184 @@
+"""send(): validate, choose the path, run it, restore the file's position."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Sequence
+from typing import Any, Literal, NamedTuple
+
+from . import _core
+from ._buffered import send_buffered
+from ._errors import SendfileNotAvailableError, transport_closing
+from ._flow import Flow
+from ._serial import one_at_a_time
+from ._source import Source, open_source
+from ._transfer import Progress, Transfer
+from ._zerocopy import ZeroCopyRefused, send_zerocopy
+
+log = logging.getLogger("aiosendfile")
+
+_STREAM_FAMILIES = frozenset(
+    family
+    for family in (
+        socket.AF_INET,
+        socket.AF_INET6,
+        getattr(socket, "AF_UNIX", None),
+    )
+    if family is not None
+)
+_TRANSPORT_METHODS = (
+    "write",
+    "is_closing",
+    "get_extra_info",
+    "get_write_buffer_size",
+    "get_write_buffer_limits",
+    "set_write_buffer_limits",
+)
+
+
+class PathChoice(NamedTuple):
+    """Which path a send takes, and why."""
+
+    path: Literal["zerocopy", "buffered"]
+    reason: str
+
+
+async def send(
+    writer: Any,
+    file: Any,
+    offset: int = 0,
+    count: int | None = None,
+    *,
+    headers: Any = None,
+    trailers: Any = None,
+    fallback: bool = True,
+    progress: Progress | None = None,
+) -> int:
+    """Sends `count` bytes of `file` from `offset` down `writer`; returns the file bytes sent.
+
+    See the README (and shared/API.md) for the full contract.
+    """
+    flow = _flow_of(writer)
+    _check_range(offset, count)
+    header = _join_buffers("headers", headers)
+    trailer = _join_buffers("trailers", trailers)
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be callable, not {type(progress).__name__}")
+    source = open_source(file)
+    try:
+        transport = flow.transport
+        if transport.is_closing():
+            raise transport_closing()
+        if offset and not source.seekable:
+            raise ValueError(f"offset must be 0 for a file that cannot seek (got {offset})")
+        choice = _choose(transport, source)
+        if choice.path == "buffered" and not fallback:
+            raise SendfileNotAvailableError(f"zero-copy is not possible: {choice.reason}")
+        async with one_at_a_time(transport):
+            if transport.is_closing():
+                raise transport_closing()
+            transfer = Transfer(flow, source, offset, count, header, trailer, progress)
+            log.debug("send %s: %s (%s)", transfer.total, choice.path, choice.reason)
+            try:
+                await _run(transfer, choice, fallback)
+            except ConnectionError:
+                transport.abort()  # API point 6: a broken stream is closed, not reused
+                raise
+            finally:
+                source.set_position(transfer.position)
+            transfer.report_end()
+            return transfer.sent
+    finally:
+        source.close()
+
+
+def which_path(writer: Any, file: Any) -> PathChoice:
+    """Tells which path send(writer, file) would take, and why; sends nothing."""
+    flow = _flow_of(writer)
+    source = open_source(file)
+    try:
+        return _choose(flow.transport, source)
+    finally:
+        source.close()
+
+
+async def _run(transfer: Transfer, choice: PathChoice, fallback: bool) -> None:
+    if choice.path == "zerocopy":
+        sock = transfer.transport.get_extra_info("socket")
+        try:
+            await send_zerocopy(transfer, sock.fileno())
+            return
+        except ZeroCopyRefused as refused:
+            if not fallback:
+                raise SendfileNotAvailableError(
+                    f"sendfile(2) refused this file: {refused}"
+                ) from refused
+            log.debug("sendfile(2) refused (%s): buffered path", refused)
+    await send_buffered(transfer)
+
+
+def _choose(transport: Any, source: Source) -> PathChoice:
+    if not _core.HAVE_SENDFILE:
+        return PathChoice("buffered", "no sendfile(2) on this platform")
+    if transport.get_extra_info("ssl_object") is not None:
+        return PathChoice("buffered", "TLS transport")
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return PathChoice("buffered", "the transport has no socket")
+    if sock.family not in _STREAM_FAMILIES:
+        return PathChoice("buffered", f"socket family {sock.family!r}")
+    if not source.regular:
+        return PathChoice("buffered", "not a regular file")
+    return PathChoice("zerocopy", f"sendfile(2), {_core.CORE} core")
+
+
+def _flow_of(writer: Any) -> Flow:
+    if isinstance(writer, asyncio.StreamWriter):
+        transport, stream_writer = writer.transport, writer
+    else:
+        transport, stream_writer = writer, None
+    if isinstance(transport, asyncio.DatagramTransport) or hasattr(transport, "sendto"):
+        raise RuntimeError(f"sending a file is not supported on datagram transport {transport!r}")
+    if not all(callable(getattr(transport, name, None)) for name in _TRANSPORT_METHODS):
+        raise TypeError(
+            "writer must be an asyncio.StreamWriter or a write transport, "
+            f"not {type(writer).__name__}"
+        )
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.type != socket.SOCK_STREAM:
+        raise RuntimeError(f"sending a file is not supported on {sock.type!r} transports")
+    return Flow(transport, stream_writer)
+
+
+def _check_range(offset: object, count: object) -> None:
+    # asyncio.loop.sendfile's checks and messages, but count=0 is allowed.
+    if not isinstance(offset, int) or isinstance(offset, bool):
+        raise TypeError(f"offset must be a non-negative integer (got {offset!r})")
+    if offset < 0:
+        raise ValueError(f"offset must be a non-negative integer (got {offset!r})")
+    if count is not None:
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise TypeError(f"count must be a non-negative integer or None (got {count!r})")
+        if count < 0:
+            raise ValueError(f"count must be a non-negative integer or None (got {count!r})")
+
+
+def _join_buffers(name: str, value: object) -> bytes:
+    """headers/trailers: None, one bytes-like object, or a sequence of them."""
+    if value is None:
+        return b""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise TypeError(
+            f"{name} must be a bytes-like object or a sequence of them, "
+            f"not {type(value).__name__}"
+        )
+    parts = []
+    for part in value:
+        if not isinstance(part, (bytes, bytearray, memoryview)):
+            raise TypeError(f"{name} items must be bytes-like, not {type(part).__name__}")
+        parts.append(part)
+    return b"".join(parts)

@@ -1,0 +1,129 @@
+"""The `file` argument: validation, opening paths, and the file's position."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import stat
+from typing import Any
+
+_NOT_A_FD = (AttributeError, io.UnsupportedOperation, OSError, ValueError)
+
+
+class Source:
+    """What send() needs to know about the file it was given.
+
+    `file` is the synchronous binary file object that reads and positions go
+    through (an aiofiles object is unwrapped to the file it wraps).
+    """
+
+    def __init__(self, file: Any, *, owned: bool) -> None:
+        self.file = file
+        self.owned = owned  # opened by send() from a path: send() closes it
+        self.fd: int | None = _fileno(file)
+        self.regular = False
+        self.size: int | None = None
+        if self.fd is not None:
+            st = os.fstat(self.fd)
+            self.regular = stat.S_ISREG(st.st_mode)
+            if self.regular:
+                self.size = st.st_size
+        self.seekable = bool(_call(file, "seekable", False))
+        if self.size is None and self.seekable and self.fd is None:
+            self.size = _in_memory_size(file)
+        self.in_memory = self.fd is None  # BytesIO and friends: read on the loop
+        # A read still running in a worker thread after the send ended.
+        self.busy: asyncio.Future[bytes] | None = None
+
+    def expected(self, offset: int, count: int | None) -> int | None:
+        """File bytes a send will move: min(count, size - offset), None when unknown."""
+        if self.size is None:
+            return None
+        available = max(0, self.size - offset)
+        return available if count is None else min(count, available)
+
+    def set_position(self, position: int) -> None:
+        if self.seekable:
+            self.file.seek(position)
+
+    def close(self) -> None:
+        """Closes a file send() opened, once no worker thread still reads it."""
+        if not self.owned:
+            return
+        if self.busy is not None and not self.busy.done():
+            self.busy.add_done_callback(lambda _: self.file.close())
+        else:
+            self.file.close()
+
+
+def open_source(file: object) -> Source:
+    """Validates `file` (API point 10) and returns its Source; opens paths."""
+    if isinstance(file, (bool, int)):
+        raise TypeError("file must be a binary file object or a path, not an int")
+    if isinstance(file, (bytes, bytearray, memoryview)):
+        raise TypeError(
+            "file must be a binary file object or a path (str or os.PathLike), not "
+            f"{type(file).__name__}; to send bytes, write them to the writer"
+        )
+    if isinstance(file, (str, os.PathLike)):
+        opened = open(file, "rb")  # FileNotFoundError, IsADirectoryError, PermissionError
+        try:
+            return Source(opened, owned=True)
+        except BaseException:
+            opened.close()
+            raise
+    sync_file = _unwrap_async_file(file)
+    _check_binary_readable(sync_file)
+    return Source(sync_file, owned=False)
+
+
+def _unwrap_async_file(file: Any) -> Any:
+    """aiofiles objects wrap a plain file in `_file`; positions and fds go through it."""
+    if type(file).__module__.startswith("aiofiles."):
+        wrapped = getattr(file, "_file", None)
+        if wrapped is None:
+            raise TypeError(f"unsupported aiofiles object: {type(file).__name__}")
+        return wrapped
+    return file
+
+
+def _check_binary_readable(file: Any) -> None:
+    if isinstance(file, io.TextIOBase) or hasattr(file, "encoding"):
+        raise TypeError("file must be opened in binary mode ('rb'), not text mode")
+    if not callable(getattr(file, "read", None)):
+        raise TypeError(
+            f"file must be a binary file object or a path, not {type(file).__name__}"
+        )
+    if getattr(file, "closed", False):
+        raise ValueError("I/O operation on closed file")
+    if not _call(file, "readable", True):
+        raise io.UnsupportedOperation("file is not open for reading")
+
+
+def _fileno(file: Any) -> int | None:
+    try:
+        fd = file.fileno()
+    except _NOT_A_FD:
+        return None
+    return fd if isinstance(fd, int) and fd >= 0 else None
+
+
+def _call(file: Any, method: str, default: bool) -> bool:
+    fn = getattr(file, method, None)
+    if fn is None:
+        return default
+    try:
+        return bool(fn())
+    except _NOT_A_FD:
+        return False
+
+
+def _in_memory_size(file: Any) -> int | None:
+    try:
+        here = file.tell()
+        end: int = file.seek(0, io.SEEK_END)
+        file.seek(here)
+    except _NOT_A_FD:
+        return None
+    return end

@@ -1,0 +1,36 @@
+/* The zero-copy step on plain file descriptors: no Python, no asyncio. */
+#ifndef ASF_SENDFILE_H
+#define ASF_SENDFILE_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "asf_config.h"
+
+/* Largest count one sendfile(2) call accepts (the kernel's MAX_RW_COUNT). */
+#define ASF_MAX_SYSCALL_BYTES ((size_t)0x7ffff000)
+
+typedef struct {
+    int out_fd;
+    int in_fd;
+    off_t *offset;          /* NULL: read from (and advance) in_fd's own position */
+    size_t nbytes;          /* file bytes wanted; 0 sends none */
+    const char *header;
+    size_t header_len;
+    const char *trailer;
+    size_t trailer_len;
+} asf_request;
+
+/*
+ * Writes header, then up to nbytes file bytes, then the trailer once every
+ * file byte has gone, looping until done, end of file, or the descriptor
+ * would block.  SIGPIPE raised by these calls is swallowed: sendfile(2) has
+ * no MSG_NOSIGNAL, and the kernel raises it on a reset even when the call
+ * returns a partial count.
+ *
+ * Returns the bytes written (header + file + trailer), 0 at end of file with
+ * nothing else to write, or -errno when nothing at all could be written.
+ */
+ssize_t asf_sendfile(const asf_request *req);
+
+#endif /* ASF_SENDFILE_H */

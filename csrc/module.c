@@ -1,0 +1,150 @@
+/* aiosendfile._core_c: argument parsing, GIL release and results for the C core. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+
+#include "asf_errors.h"
+#include "asf_sendfile.h"
+
+typedef struct {
+    int given;      /* 0 when offset is None */
+    off_t value;
+} optional_offset;
+
+/* O& converter: None, or an int >= 0 that fits off_t (64-bit offsets). */
+static int convert_offset(PyObject *obj, void *out)
+{
+    optional_offset *offset = (optional_offset *)out;
+    long long value;
+
+    if (obj == Py_None) {
+        offset->given = 0;
+        return 1;
+    }
+    if (!PyLong_Check(obj)) {
+        PyErr_Format(PyExc_TypeError,
+                     "offset must be an int or None, not %.200s",
+                     Py_TYPE(obj)->tp_name);
+        return 0;
+    }
+    value = PyLong_AsLongLong(obj);
+    if (value == -1 && PyErr_Occurred())
+        return 0;
+    if (value < 0) {
+        PyErr_SetString(PyExc_ValueError, "offset must be >= 0");
+        return 0;
+    }
+    if ((long long)(off_t)value != value) {
+        PyErr_SetString(PyExc_OverflowError, "offset does not fit in off_t");
+        return 0;
+    }
+    offset->given = 1;
+    offset->value = (off_t)value;
+    return 1;
+}
+
+PyDoc_STRVAR(sendfile_doc,
+"sendfile(out, in_, offset, nbytes, header=b\"\", trailer=b\"\", flags=0) -> int\n\
+\n\
+One non-blocking step: write header, then up to nbytes bytes of in_ from\n\
+offset with sendfile(2), then trailer once all nbytes file bytes have gone in\n\
+this call. Loops in C until done, end of file, or the socket would block.\n\
+\n\
+out and in_ are file descriptors. offset None reads from (and advances)\n\
+in_'s own position. Returns the bytes written (header + file + trailer, in\n\
+that order); 0 at end of file. Raises OSError with the kernel's errno\n\
+(BlockingIOError for EAGAIN) only when nothing could be written; after a\n\
+partial write the error comes back on the next call. The header is sent\n\
+with MSG_MORE so it shares a segment with the file's first bytes. SIGPIPE\n\
+raised by these calls is swallowed; the process's disposition is not\n\
+changed. flags is accepted for pysendfile compatibility and ignored on\n\
+Linux. The GIL is released around the system calls.");
+
+static PyObject *core_sendfile(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"out", "in_", "offset", "nbytes", "header",
+                             "trailer", "flags", NULL};
+    int out_fd, in_fd, flags = 0;
+    optional_offset offset = {0, 0};
+    Py_ssize_t nbytes;
+    Py_buffer header, trailer;
+    asf_request req;
+    ssize_t result;
+    PyObject *ret = NULL;
+
+    (void)self;
+    header.buf = NULL;  /* y* leaves an omitted buffer untouched */
+    trailer.buf = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iiO&n|y*y*i:sendfile",
+                                     kwlist, &out_fd, &in_fd, convert_offset,
+                                     &offset, &nbytes, &header, &trailer,
+                                     &flags))
+        return NULL;
+    (void)flags;
+    if (nbytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "nbytes must be >= 0");
+        goto done;
+    }
+
+    req.out_fd = out_fd;
+    req.in_fd = in_fd;
+    req.offset = offset.given ? &offset.value : NULL;
+    req.nbytes = (size_t)nbytes;
+    req.header = header.buf;
+    req.header_len = header.buf ? (size_t)header.len : 0;
+    req.trailer = trailer.buf;
+    req.trailer_len = trailer.buf ? (size_t)trailer.len : 0;
+
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        result = asf_sendfile(&req);
+        Py_END_ALLOW_THREADS
+        if (result != -EINTR)
+            break;
+        /* PEP 475: run signal handlers, then retry unless one raised. */
+        if (PyErr_CheckSignals() < 0)
+            goto done;
+    }
+    if (result < 0)
+        asf_raise_errno((int)-result);
+    else
+        ret = PyLong_FromSsize_t(result);
+
+done:
+    if (header.buf)
+        PyBuffer_Release(&header);
+    if (trailer.buf)
+        PyBuffer_Release(&trailer);
+    return ret;
+}
+
+static PyMethodDef core_methods[] = {
+    {"sendfile", (PyCFunction)(void (*)(void))core_sendfile,
+     METH_VARARGS | METH_KEYWORDS, sendfile_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef_Slot core_slots[] = {
+#if PY_VERSION_HEX >= 0x030C0000
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "aiosendfile._core_c",
+    .m_doc = "The C core of aiosendfile: sendfile(2) steps on plain file descriptors.",
+    .m_size = 0,
+    .m_methods = core_methods,
+    .m_slots = core_slots,
+};
+
+PyMODINIT_FUNC PyInit__core_c(void)
+{
+    return PyModuleDef_Init(&core_module);
+}
