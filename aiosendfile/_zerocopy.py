@@ -40,11 +40,13 @@ async def send_zerocopy(transfer: Transfer, out_fd: int) -> None:
             pass
         if not engine.finished:
             await engine.run_on_loop()
-    if transfer.trailer:
-        # The core sends the trailer only after the last file byte in the same
-        # call; what it could not (a short file, a full socket) follows in order.
-        transfer.transport.write(bytes(transfer.trailer))
-        transfer.trailer = transfer.trailer[len(transfer.trailer) :]
+    # What the core did not send goes through the transport, still in order:
+    # the header when there was no file byte to send, the trailer after a
+    # short file or a full socket (the core sends it only behind the last byte).
+    rest = bytes(transfer.header) + bytes(transfer.trailer)
+    if rest:
+        transfer.transport.write(rest)
+        transfer.header = transfer.trailer = memoryview(b"")
 
 
 class _Engine:

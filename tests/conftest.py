@@ -1,0 +1,411 @@
+"""The test grid: loop (asyncio, uvloop) x transport (tcp, unix, tls) x core (c, py).
+
+Every connection is real: the sending side is an asyncio StreamWriter or a raw
+transport on the loop under test; the receiving side (`Peer`) is a blocking
+socket in a thread of its own, so it can read, stall or reset independently
+of the loop.  TLS uses trustme certificates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import ssl
+import struct
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trustme
+import uvloop
+
+import aiosendfile
+from aiosendfile import _core
+
+LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+TRANSPORTS = ("tcp", "unix", "tls")
+WRITERS = ("stream", "transport")
+
+# The loop's exception handler is called for errors nobody awaited; any such
+# call fails the test (uvloop's test base does the same).
+_loop_errors: list[dict[str, Any]] = []
+
+
+def _record_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    _loop_errors.append(context)
+
+
+def _loop_factory(make: Callable[[], asyncio.AbstractEventLoop]) -> Callable[[], Any]:
+    def factory() -> asyncio.AbstractEventLoop:
+        loop = make()
+        loop.set_exception_handler(_record_loop_error)
+        return loop
+
+    return factory
+
+
+def _warm_up_loops() -> None:
+    """libuv opens process-wide descriptors (its signal pipe) on first use: not a leak."""
+    for make in LOOPS.values():
+        loop = make()
+        try:
+            loop.run_until_complete(loop.getaddrinfo("127.0.0.1", 80))
+        finally:
+            loop.close()
+
+
+_warm_up_loops()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--no-c-extensions",
+        action="store_true",
+        help="run the grid against the pure-Python core only",
+    )
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Any]:
+    return {name: _loop_factory(make) for name, make in LOOPS.items()}
+
+
+def _c_core_built() -> bool:
+    try:
+        import aiosendfile._core_c  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "core" in metafunc.fixturenames:
+        cores = ["py"] if metafunc.config.getoption("--no-c-extensions") else ["c", "py"]
+        metafunc.parametrize("core", cores, indirect=True)
+
+
+@pytest.fixture
+def core(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The core under test, active for every send in the test."""
+    name: str = request.param
+    if name == "c" and not _c_core_built():
+        if os.environ.get("CI"):
+            pytest.fail("the C core is not built")
+        pytest.skip("the C core is not built")
+    before = _core.CORE
+    _core.use(name)
+    try:
+        yield name
+    finally:
+        _core.use(before)
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture(autouse=True)
+def no_leaks_no_loop_errors() -> Iterator[None]:
+    """Fails a test that left a descriptor open or reached the loop's exception handler."""
+    _loop_errors.clear()
+    before = open_fds()
+    yield
+    errors = list(_loop_errors)
+    _loop_errors.clear()
+    assert not errors, f"the loop's exception handler was called: {errors}"
+    leaked = open_fds() - before
+    if leaked:
+        # A closed transport's descriptor is released by its connection_lost
+        # callback; give worker threads a moment before calling it a leak.
+        for _ in range(50):
+            leaked = {fd for fd in leaked if os.path.exists(f"/proc/self/fd/{fd}")}
+            if not leaked:
+                break
+            threading.Event().wait(0.02)
+    assert not leaked, f"descriptors left open: {_describe(leaked)}"
+
+
+def _describe(fds: set[str]) -> list[str]:
+    out = []
+    for fd in sorted(fds):
+        with contextlib.suppress(OSError):
+            out.append(f"{fd} -> {os.readlink(f'/proc/self/fd/{fd}')}")
+    return out
+
+
+# --- TLS material ---
+
+
+@pytest.fixture(scope="session")
+def tls_ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture(scope="session")
+def tls_contexts(tls_ca: trustme.CA) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls_ca.issue_cert("localhost", "127.0.0.1").configure_cert(server)
+    client = ssl.create_default_context()
+    tls_ca.configure_trust(client)
+    return server, client
+
+
+# --- files ---
+
+
+def pattern(size: int, seed: int = 0) -> bytes:
+    """Bytes where every offset is distinguishable: a shifted run is always noticed."""
+    block = b"".join(struct.pack(">I", (i * 2654435761 + seed) & 0xFFFFFFFF) for i in range(16384))
+    reps = size // len(block) + 1
+    return (block * reps)[:size]
+
+
+@pytest.fixture
+def make_file(tmp_path: Path) -> Callable[..., Path]:
+    counter = iter(range(1_000_000))
+
+    def make(size: int, seed: int = 0) -> Path:
+        path = tmp_path / f"file{next(counter)}.bin"
+        path.write_bytes(pattern(size, seed))
+        return path
+
+    return make
+
+
+# --- the receiving end ---
+
+
+class Peer:
+    """The far end of a connection, on a blocking socket in its own thread.
+
+    Reads everything into `data` until EOF, unless told to stall; can reset
+    the connection (RST, via SO_LINGER 0) and send bytes back.
+    """
+
+    def __init__(self, sock: socket.socket, *, reading: bool = True, chunk: int = 256 * 1024):
+        self.sock = sock
+        self.data = bytearray()
+        self.error: BaseException | None = None
+        self.eof = threading.Event()
+        self._reading = threading.Event()
+        self._chunk = chunk
+        self.delay = 0.0  # seconds to sleep between reads: a slow reader
+        self._lock = threading.Lock()
+        self._stopping = False
+        if reading:
+            self._reading.set()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                self._reading.wait()
+                if self._stopping:
+                    break
+                chunk = self.sock.recv(self._chunk)
+                if not chunk:
+                    break
+                with self._lock:
+                    self.data += chunk
+                if self.delay:
+                    threading.Event().wait(self.delay)
+            self._close_write_side()
+        except (OSError, ssl.SSLError) as exc:
+            self.error = exc
+        finally:
+            self.eof.set()
+
+    def _close_write_side(self) -> None:
+        """Answers the sender's close: TLS close_notify, then FIN, so its close completes."""
+        if self._stopping:
+            return
+        if isinstance(self.sock, ssl.SSLSocket):
+            with contextlib.suppress(OSError, ssl.SSLError, ValueError):
+                self.sock.unwrap()
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(self.sock, socket.SHUT_WR)
+
+    def resume(self) -> None:
+        self._reading.set()
+
+    def received(self) -> int:
+        with self._lock:
+            return len(self.data)
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def reset(self) -> None:
+        """Closes with RST: the sender's next write fails with ECONNRESET or EPIPE."""
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self._stop_thread()
+        self.sock.close()
+
+    def _stop_thread(self) -> None:
+        self._stopping = True
+        self._reading.set()
+        with contextlib.suppress(OSError):
+            # Wakes a recv() blocked in the thread without sending anything.
+            socket.socket.shutdown(self.sock, socket.SHUT_RD)
+        self._thread.join(5)
+
+    async def read_to_eof(self, timeout: float = 30.0) -> bytes:
+        self.resume()
+        loop = asyncio.get_running_loop()
+        done = await loop.run_in_executor(None, self.eof.wait, timeout)
+        assert done, f"peer did not see EOF within {timeout}s (got {self.received()} bytes)"
+        if self.error is not None:
+            raise self.error
+        return bytes(self.data)
+
+    def close(self) -> None:
+        if self.sock.fileno() == -1:
+            return
+        self._stop_thread()
+        self.sock.close()
+
+
+class RecordingProtocol(asyncio.Protocol):
+    """A raw transport's protocol that records what reaches it."""
+
+    def __init__(self) -> None:
+        self.received = bytearray()
+        self.lost: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
+        self.paused = False
+
+    def data_received(self, data: bytes) -> None:
+        self.received += data
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(exc)
+
+
+class Connection:
+    """One side under test (`writer`: StreamWriter or transport) and its Peer."""
+
+    def __init__(self, writer: Any, peer: Peer, reader: Any) -> None:
+        self.writer = writer
+        self.peer = peer
+        self.reader = reader  # StreamReader, or the RecordingProtocol of a raw transport
+
+    @property
+    def transport(self) -> Any:
+        return self.writer.transport if isinstance(self.writer, asyncio.StreamWriter) else self.writer
+
+    def write(self, data: bytes) -> None:
+        self.writer.write(data)
+
+    async def close(self) -> None:
+        """Closes our side gracefully (the peer must be reading for it to finish)."""
+        self.writer.close()
+        with contextlib.suppress(OSError, ssl.SSLError):
+            if isinstance(self.writer, asyncio.StreamWriter):
+                await asyncio.wait_for(self.writer.wait_closed(), 20)
+            else:
+                await asyncio.wait_for(self.reader.lost, 20)
+
+    async def received_after_close(self) -> bytes:
+        """Closes our side, then everything the peer got."""
+        self.peer.resume()
+        await self.close()
+        return await self.peer.read_to_eof()
+
+
+@pytest.fixture
+async def connect(
+    tmp_path: Path, tls_contexts: tuple[ssl.SSLContext, ssl.SSLContext]
+) -> AsyncIterator[Callable[..., Any]]:
+    """connect(transport, writer, reading=True, sndbuf=None) -> Connection."""
+    made: list[Connection] = []
+    server_ctx, client_ctx = tls_contexts
+
+    async def make(
+        transport: str, writer: str = "stream", *, reading: bool = True, sndbuf: int | None = None
+    ) -> Connection:
+        loop = asyncio.get_running_loop()
+        if transport == "unix":
+            path = str(tmp_path / f"peer{len(made)}.sock")
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(path)
+            address: Any = path
+        else:
+            listener = socket.create_server(("127.0.0.1", 0))
+            address = listener.getsockname()
+        listener.listen(1)
+
+        def accept() -> socket.socket:
+            conn, _ = listener.accept()
+            if transport == "tls":
+                return server_ctx.wrap_socket(conn, server_side=True)
+            return conn
+
+        accepting = loop.run_in_executor(None, accept)
+        try:
+            ssl_args: dict[str, Any] = (
+                {"ssl": client_ctx, "server_hostname": "localhost"} if transport == "tls" else {}
+            )
+            if writer == "stream":
+                if transport == "unix":
+                    reader, w = await asyncio.open_unix_connection(address)
+                else:
+                    reader, w = await asyncio.open_connection(*address, **ssl_args)
+                sender: Any = w
+                reader_side: Any = reader
+            else:
+                if transport == "unix":
+                    tr, proto = await loop.create_unix_connection(RecordingProtocol, address)
+                else:
+                    tr, proto = await loop.create_connection(
+                        RecordingProtocol, *address, **ssl_args
+                    )
+                sender, reader_side = tr, proto
+            peer_sock = await accepting
+        finally:
+            listener.close()
+        conn = Connection(sender, Peer(peer_sock, reading=reading), reader_side)
+        if sndbuf is not None:
+            sock = conn.transport.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+            peer_sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sndbuf)
+        made.append(conn)
+        return conn
+
+    yield make
+    for conn in made:
+        conn.transport.abort()  # a test may leave it stalled mid-send: no graceful close
+        if isinstance(conn.reader, RecordingProtocol):
+            await conn.reader.lost
+        else:
+            with contextlib.suppress(OSError, ssl.SSLError):
+                await conn.writer.wait_closed()
+        conn.peer.close()
+
+
+@pytest.fixture(params=TRANSPORTS)
+def transport_kind(request: pytest.FixtureRequest) -> str:
+    kind: str = request.param
+    return kind
+
+
+@pytest.fixture(params=WRITERS)
+def writer_kind(request: pytest.FixtureRequest) -> str:
+    kind: str = request.param
+    return kind
+
+
+def expected_path(transport: str) -> str:
+    return "buffered" if transport == "tls" else "zerocopy"
+
+
+__all__ = ["Connection", "Peer", "aiosendfile", "expected_path", "pattern"]
