@@ -65,6 +65,8 @@ def sendfile(
                 raise
             # Partly written: report the count; the error comes back on the next call.
         finally:
+            if step.header_held and step.file_sent == 0:
+                step.push_held_header()
             step.close()
         return step.written
 
@@ -78,6 +80,7 @@ class _Step:
         self.file_sent = 0
         self._sock: socket.socket | None = None
         self._is_socket = True
+        self.header_held = False  # the last header/trailer write used MSG_MORE
 
     def write(self, data: memoryview, *, more_follows: bool) -> None:
         done = 0
@@ -89,14 +92,40 @@ class _Step:
     def _write_some(self, data: memoryview, more_follows: bool) -> int:
         if self._is_socket:
             try:
-                if self._sock is None:
-                    self._sock = socket.socket(fileno=self.out)
-                return self._sock.send(data, _MSG_NOSIGNAL | (_MSG_MORE if more_follows else 0))
+                sock = self._socket()
             except OSError as exc:
                 if exc.errno != errno.ENOTSOCK:
                     raise
                 self._is_socket = False  # sendfile(2) also writes to pipes and files
+            else:
+                self.header_held = more_follows
+                return sock.send(data, _MSG_NOSIGNAL | (_MSG_MORE if more_follows else 0))
         return os.write(self.out, data)
+
+    def _socket(self) -> socket.socket:
+        """A socket object over `out` that leaves the descriptor as it found it."""
+        if self._sock is None:
+            if self.out < 0:
+                raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+            blocking = os.get_blocking(self.out)
+            sock = socket.socket(fileno=self.out)
+            # socket() applies socket.getdefaulttimeout() to the descriptor; undo it.
+            sock.setblocking(blocking)
+            self._sock = sock
+        return self._sock
+
+    def push_held_header(self) -> None:
+        """A header sent with MSG_MORE and nothing behind it: push it out now.
+
+        Clearing TCP_CORK pushes pending frames; a socket the caller corked is left alone.
+        """
+        if self._sock is None or not hasattr(socket, "TCP_CORK"):
+            return
+        try:
+            if not self._sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK):
+                self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+        except OSError:
+            pass  # not TCP (a Unix socket): nothing is ever held
 
     def send_file(self) -> None:
         while self.file_sent < self.nbytes:
