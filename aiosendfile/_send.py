@@ -173,8 +173,7 @@ def _join_buffers(name: str, value: object) -> bytes:
         return bytes(value)
     if isinstance(value, str) or not isinstance(value, Sequence):
         raise TypeError(
-            f"{name} must be a bytes-like object or a sequence of them, "
-            f"not {type(value).__name__}"
+            f"{name} must be a bytes-like object or a sequence of them, not {type(value).__name__}"
         )
     parts = []
     for part in value:

@@ -92,9 +92,7 @@ def _check_binary_readable(file: Any) -> None:
     if isinstance(file, io.TextIOBase) or hasattr(file, "encoding"):
         raise TypeError("file must be opened in binary mode ('rb'), not text mode")
     if not callable(getattr(file, "read", None)):
-        raise TypeError(
-            f"file must be a binary file object or a path, not {type(file).__name__}"
-        )
+        raise TypeError(f"file must be a binary file object or a path, not {type(file).__name__}")
     if getattr(file, "closed", False):
         raise ValueError("I/O operation on closed file")
     if not _call(file, "readable", True):

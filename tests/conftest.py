@@ -316,7 +316,9 @@ class Connection:
 
     @property
     def transport(self) -> Any:
-        return self.writer.transport if isinstance(self.writer, asyncio.StreamWriter) else self.writer
+        return (
+            self.writer.transport if isinstance(self.writer, asyncio.StreamWriter) else self.writer
+        )
 
     def write(self, data: bytes) -> None:
         self.writer.write(data)

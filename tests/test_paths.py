@@ -97,9 +97,7 @@ async def test_zero_copy_is_zero_copy(
     or a Python buffer; over TLS (the control) it must, or this test proves nothing."""
     size = 16 * MiB
     path = make_file(size)
-    conn: Connection = await connect(
-        transport_kind, writer_kind, reading=False, sndbuf=64 * 1024
-    )
+    conn: Connection = await connect(transport_kind, writer_kind, reading=False, sndbuf=64 * 1024)
     conn.peer.hash_only = True  # the peer thread must not show up in tracemalloc
     conn.peer.resume()
     zero_copy = transport_kind != "tls"
@@ -221,7 +219,9 @@ def test_chunk_size_setting() -> None:
         aiosendfile.set_chunk_size(1.5)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("env", "expected"), [({}, "c"), ({"AIOSENDFILE_NO_EXTENSIONS": "1"}, "py")])
+@pytest.mark.parametrize(
+    ("env", "expected"), [({}, "c"), ({"AIOSENDFILE_NO_EXTENSIONS": "1"}, "py")]
+)
 def test_core_selection(env: dict[str, str], expected: str) -> None:
     """AIOSENDFILE_NO_EXTENSIONS=1 picks the pure-Python core at import time."""
     if expected == "c":
@@ -265,7 +265,12 @@ def test_zero_copy_under_strace(
         pytest.skip(f"strace cannot trace here: {out.stderr.strip()}")
     assert out.returncode == 0, out.stderr
     fields = dict(item.split("=") for item in out.stdout.split())
-    assert fields == {"fd": fields["fd"], "sent": str(size), "received": str(size + 8), "core": core}
+    assert fields == {
+        "fd": fields["fd"],
+        "sent": str(size),
+        "received": str(size + 8),
+        "core": core,
+    }
     by_call: dict[str, int] = {}
     lines = trace.read_text().splitlines()
     for line in lines:
@@ -278,7 +283,7 @@ def test_zero_copy_under_strace(
 
 
 def _env_importing_this_package(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """A child's environment that imports the aiosendfile under test (built in place or installed)."""
+    """A child environment importing the aiosendfile under test (in place or installed)."""
     env = dict(os.environ if environ is None else environ)
     package_parent = str(Path(aiosendfile.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, env.get("PYTHONPATH")]))

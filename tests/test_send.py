@@ -110,12 +110,20 @@ async def test_send_headers_and_trailers(
     form: str,
 ) -> None:
     headers, trailers = HEADER_FORMS[form]
-    head = b"" if headers is None else b"".join(bytes(h) for h in headers) if isinstance(
-        headers, list
-    ) else bytes(headers)
-    tail = b"" if trailers is None else b"".join(bytes(t) for t in trailers) if isinstance(
-        trailers, (list, tuple)
-    ) else bytes(trailers)
+    head = (
+        b""
+        if headers is None
+        else b"".join(bytes(h) for h in headers)
+        if isinstance(headers, list)
+        else bytes(headers)
+    )
+    tail = (
+        b""
+        if trailers is None
+        else b"".join(bytes(t) for t in trailers)
+        if isinstance(trailers, (list, tuple))
+        else bytes(trailers)
+    )
     path = make_file(SIZE)
     conn: Connection = await connect(transport_kind)
     sent = await aiosendfile.send(conn.writer, path, 10, headers=headers, trailers=trailers)
@@ -136,7 +144,9 @@ async def test_send_headers_with_empty_range(
     path = make_file(SIZE)
     conn: Connection = await connect(transport_kind)
     with path.open("rb") as f:
-        assert await aiosendfile.send(conn.writer, f, offset, count, headers=b"H", trailers=b"T") == 0
+        assert (
+            await aiosendfile.send(conn.writer, f, offset, count, headers=b"H", trailers=b"T") == 0
+        )
         assert f.tell() == offset
     assert await conn.received_after_close() == b"HT"
 
@@ -211,7 +221,9 @@ async def test_send_progress_unknown_total(connect: Callable[..., Any], core: st
     with os.fdopen(rfd, "rb") as pipe_in:
         with os.fdopen(wfd, "wb") as pipe_out:
             pipe_out.write(b"piped bytes")
-        sent = await aiosendfile.send(conn.writer, pipe_in, progress=lambda s, t: calls.append((s, t)))
+        sent = await aiosendfile.send(
+            conn.writer, pipe_in, progress=lambda s, t: calls.append((s, t))
+        )
     assert sent == 11
     assert calls[-1] == (11, None)
     assert await conn.received_after_close() == b"piped bytes"

@@ -27,10 +27,10 @@ def drain(sock: socket.socket, total: list[int]) -> None:
 async def main(kind: str, path: str) -> None:
     if kind == "unix":
         a, b = socket.socketpair()
-        reader, writer = await asyncio.open_unix_connection(sock=a)
+        _, writer = await asyncio.open_unix_connection(sock=a)
     else:
         listener = socket.create_server(("127.0.0.1", 0))
-        reader, writer = await asyncio.open_connection(*listener.getsockname())
+        _, writer = await asyncio.open_connection(*listener.getsockname())
         b, _ = listener.accept()
         listener.close()
     received = [0]

@@ -1,0 +1,29 @@
+"""Leaks, measured in a process of their own across every exit path of send()."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .test_paths import _env_importing_this_package
+
+
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+def test_no_leaks_across_error_paths(loop_name: str, core: str) -> None:
+    script = Path(__file__).parent / "isolated" / "leak_check.py"
+    out = subprocess.run(
+        [sys.executable, str(script), loop_name, core, "150"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env_importing_this_package(),
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    _, fds_before, fds_after, _, rss_before, rss_after = out.stdout.split()
+    assert fds_after == fds_before, out.stdout
+    growth_kib = int(rss_after) - int(rss_before)
+    assert growth_kib < 4 * 1024, f"RSS grew by {growth_kib} KiB over 150 rounds"
