@@ -28,6 +28,7 @@ class Flow:
     def __init__(self, transport: Any, writer: asyncio.StreamWriter | None) -> None:
         self.transport = transport
         self._writer = writer
+        self.sock: Any = transport.get_extra_info("socket")  # None for some transports
 
     async def below_high_water(self) -> None:
         """Returns once the transport accepts more data (what drain() does)."""

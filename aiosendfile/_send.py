@@ -12,22 +12,13 @@ from . import _core
 from ._buffered import send_buffered
 from ._errors import SendfileNotAvailableError, transport_closing
 from ._flow import Flow
-from ._serial import one_at_a_time
+from ._serial import end_turn, take_turn
 from ._source import Source, open_source
 from ._transfer import Progress, Transfer
 from ._zerocopy import ZeroCopyRefused, send_zerocopy
 
 log = logging.getLogger("aiosendfile")
 
-_STREAM_FAMILIES = frozenset(
-    family
-    for family in (
-        socket.AF_INET,
-        socket.AF_INET6,
-        getattr(socket, "AF_UNIX", None),
-    )
-    if family is not None
-)
 _TRANSPORT_METHODS = (
     "write",
     "is_closing",
@@ -73,10 +64,11 @@ async def send(
             raise transport_closing()
         if offset and not source.seekable:
             raise ValueError(f"offset must be 0 for a file that cannot seek (got {offset})")
-        choice = _choose(transport, source)
+        choice = _choose(flow, source)
         if choice.path == "buffered" and not fallback:
             raise SendfileNotAvailableError(f"zero-copy is not possible: {choice.reason}")
-        async with one_at_a_time(transport):
+        await take_turn(transport)
+        try:
             if transport.is_closing():
                 raise transport_closing()
             transfer = Transfer(flow, source, offset, count, header, trailer, progress)
@@ -88,8 +80,10 @@ async def send(
                 raise
             finally:
                 source.set_position(transfer.position)
-            transfer.report_end()
-            return transfer.sent
+        finally:
+            end_turn(transport)
+        transfer.report_end()
+        return transfer.sent
     finally:
         source.close()
 
@@ -99,16 +93,15 @@ def which_path(writer: Any, file: Any) -> PathChoice:
     flow = _flow_of(writer)
     source = open_source(file)
     try:
-        return _choose(flow.transport, source)
+        return _choose(flow, source)
     finally:
         source.close()
 
 
 async def _run(transfer: Transfer, choice: PathChoice, fallback: bool) -> None:
     if choice.path == "zerocopy":
-        sock = transfer.transport.get_extra_info("socket")
         try:
-            await send_zerocopy(transfer, sock.fileno())
+            await send_zerocopy(transfer, transfer.flow.sock.fileno())
             return
         except ZeroCopyRefused as refused:
             if not fallback:
@@ -119,18 +112,16 @@ async def _run(transfer: Transfer, choice: PathChoice, fallback: bool) -> None:
     await send_buffered(transfer)
 
 
-def _choose(transport: Any, source: Source) -> PathChoice:
+def _choose(flow: Flow, source: Source) -> PathChoice:
     if not _core.HAVE_SENDFILE:
         return PathChoice("buffered", "no sendfile(2) on this platform")
-    if transport.get_extra_info("ssl_object") is not None:
+    if flow.transport.get_extra_info("ssl_object") is not None:
         return PathChoice("buffered", "TLS transport")
-    sock = transport.get_extra_info("socket")
-    if sock is None:
+    if flow.sock is None:
         return PathChoice("buffered", "the transport has no socket")
-    if sock.family not in _STREAM_FAMILIES:
-        return PathChoice("buffered", f"socket family {sock.family!r}")
     if not source.regular:
         return PathChoice("buffered", "not a regular file")
+    # Any stream socket: one whose family sendfile(2) refuses falls back on EINVAL.
     return PathChoice("zerocopy", f"sendfile(2), {_core.CORE} core")
 
 
@@ -139,6 +130,17 @@ def _flow_of(writer: Any) -> Flow:
         transport, stream_writer = writer.transport, writer
     else:
         transport, stream_writer = writer, None
+    if type(transport) not in _stream_transport_types:
+        _check_stream_transport(writer, transport)
+    return Flow(transport, stream_writer)
+
+
+# Transport classes already seen to be stream transports (uvloop's are not
+# asyncio.WriteTransport subclasses, so the check is by what they can do).
+_stream_transport_types: set[type] = set()
+
+
+def _check_stream_transport(writer: Any, transport: Any) -> None:
     if isinstance(transport, asyncio.DatagramTransport) or hasattr(transport, "sendto"):
         raise RuntimeError(f"sending a file is not supported on datagram transport {transport!r}")
     if not all(callable(getattr(transport, name, None)) for name in _TRANSPORT_METHODS):
@@ -149,7 +151,8 @@ def _flow_of(writer: Any) -> Flow:
     sock = transport.get_extra_info("socket")
     if sock is not None and sock.type != socket.SOCK_STREAM:
         raise RuntimeError(f"sending a file is not supported on {sock.type!r} transports")
-    return Flow(transport, stream_writer)
+    if sock is not None:
+        _stream_transport_types.add(type(transport))
 
 
 def _check_range(offset: object, count: object) -> None:

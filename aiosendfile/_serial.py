@@ -3,41 +3,37 @@
 A FIFO of futures per transport, held only while a send runs or waits, so
 idle transports cost nothing and nothing outlives them.  (uvloop transports
 take no weak references, so a WeakKeyDictionary of locks is not an option.)
+Plain functions rather than an async context manager: the uncontended path,
+every small response, costs a dict insert and a dict delete.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
-from collections.abc import AsyncIterator
 
 _waiting: dict[object, collections.deque[asyncio.Future[None]]] = {}
 
 
-@contextlib.asynccontextmanager
-async def one_at_a_time(transport: object) -> AsyncIterator[None]:
+async def take_turn(transport: object) -> None:
+    """Returns when it is this caller's turn; the caller must `end_turn()` after."""
     queue = _waiting.get(transport)
     if queue is None:
         _waiting[transport] = collections.deque()  # ours at once; the deque holds later callers
-    else:
-        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        queue.append(turn)
-        try:
-            await turn
-        except asyncio.CancelledError:
-            if turn.done() and not turn.cancelled():
-                _pass_turn(transport)  # handed the turn while being cancelled: pass it on
-            elif turn in queue:
-                queue.remove(turn)
-            raise
+        return
+    turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    queue.append(turn)
     try:
-        yield
-    finally:
-        _pass_turn(transport)
+        await turn
+    except asyncio.CancelledError:
+        if turn.done() and not turn.cancelled():
+            end_turn(transport)  # handed the turn while being cancelled: pass it on
+        elif turn in queue:
+            queue.remove(turn)
+        raise
 
 
-def _pass_turn(transport: object) -> None:
+def end_turn(transport: object) -> None:
     queue = _waiting[transport]
     while queue:
         turn = queue.popleft()

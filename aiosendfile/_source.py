@@ -57,8 +57,16 @@ class Source:
             self.file.close()
 
 
+# What open(path, "rb") and friends return: binary by construction, so only
+# closed and readable need checking (the common case, on every small response).
+_PLAIN_FILE_TYPES = frozenset((io.BufferedReader, io.BufferedRandom, io.FileIO))
+
+
 def open_source(file: object) -> Source:
     """Validates `file` (API point 10) and returns its Source; opens paths."""
+    if type(file) in _PLAIN_FILE_TYPES:
+        _check_open_for_reading(file)
+        return Source(file, owned=False)
     if isinstance(file, (bool, int)):
         raise TypeError("file must be a binary file object or a path, not an int")
     if isinstance(file, (bytes, bytearray, memoryview)):
@@ -93,6 +101,10 @@ def _check_binary_readable(file: Any) -> None:
         raise TypeError("file must be opened in binary mode ('rb'), not text mode")
     if not callable(getattr(file, "read", None)):
         raise TypeError(f"file must be a binary file object or a path, not {type(file).__name__}")
+    _check_open_for_reading(file)
+
+
+def _check_open_for_reading(file: Any) -> None:
     if getattr(file, "closed", False):
         raise ValueError("I/O operation on closed file")
     if not _call(file, "readable", True):

@@ -32,7 +32,8 @@ async def send_zerocopy(transfer: Transfer, out_fd: int) -> None:
     assert transfer.source.fd is not None and transfer.count is not None
     engine = _Engine(transfer, out_fd, transfer.source.fd)
     while not engine.finished:
-        await transfer.flow.until_empty()
+        if transfer.transport.get_write_buffer_size():
+            await transfer.flow.until_empty()
         # Most responses go whole in this first call, without touching the loop.
         try:
             engine.step()
