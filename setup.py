@@ -16,8 +16,18 @@ BUILD_C_CORE = sys.platform.startswith("linux") and not os.environ.get(
 extensions = [
     Extension(
         "aiosendfile._core_c",
-        sources=["csrc/module.c", "csrc/errors.c", "csrc/sendfile_linux.c"],
-        depends=["csrc/asf_config.h", "csrc/asf_errors.h", "csrc/asf_sendfile.h"],
+        sources=[
+            "csrc/module.c",
+            "csrc/errors.c",
+            "csrc/sendfile_linux.c",
+            "csrc/residency_linux.c",
+        ],
+        depends=[
+            "csrc/asf_config.h",
+            "csrc/asf_errors.h",
+            "csrc/asf_residency.h",
+            "csrc/asf_sendfile.h",
+        ],
         extra_compile_args=["-Wall", "-Wextra", "-D_FILE_OFFSET_BITS=64"],
     )
 ]

@@ -15,15 +15,16 @@ from . import _core_py
 SendfileStep = Callable[..., int]
 
 sendfile: SendfileStep
+resident: Callable[[int, int, int], int]
 CORE: str
 
 if os.environ.get("AIOSENDFILE_NO_EXTENSIONS"):
-    sendfile, CORE = _core_py.sendfile, "py"
+    sendfile, resident, CORE = _core_py.sendfile, _core_py.resident, "py"
 else:
     try:
-        from ._core_c import sendfile
+        from ._core_c import resident, sendfile
     except ImportError:
-        sendfile, CORE = _core_py.sendfile, "py"
+        sendfile, resident, CORE = _core_py.sendfile, _core_py.resident, "py"
     else:
         CORE = "c"
 
@@ -33,12 +34,12 @@ HAVE_SENDFILE = CORE == "c" or _core_py.HAVE_SENDFILE
 
 def use(core: str) -> None:
     """Switch the active core ("c" or "py") for every later send; for tests and benchmarks."""
-    global sendfile, CORE
+    global sendfile, resident, CORE
     if core == "c":
-        from ._core_c import sendfile as c_sendfile
+        from . import _core_c
 
-        sendfile, CORE = c_sendfile, "c"
+        sendfile, resident, CORE = _core_c.sendfile, _core_c.resident, "c"
     elif core == "py":
-        sendfile, CORE = _core_py.sendfile, "py"
+        sendfile, resident, CORE = _core_py.sendfile, _core_py.resident, "py"
     else:
         raise ValueError(f"unknown core {core!r}: expected 'c' or 'py'")

@@ -71,6 +71,47 @@ def sendfile(
         return step.written
 
 
+_HAVE_RWF_NOWAIT = hasattr(os, "RWF_NOWAIT") and hasattr(os, "preadv")  # Linux >= 4.14
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_RESIDENCY_MAX_BYTES = 16 * 1024 * 1024  # as the C core
+
+
+def resident(fd: int, offset: int, nbytes: int) -> int:
+    """How many bytes of fd from offset (at most nbytes) are in the page cache.
+
+    The twin of aiosendfile._core_c.resident.  With no cachestat(2) or mincore(2)
+    in Python, it probes single bytes with preadv2(RWF_NOWAIT), which never waits
+    for a disk, and bisects for the first page that is not cached (assuming what
+    is cached is a prefix, as it is behind a sequential read).  Raises OSError when
+    the kernel cannot tell (no RWF_NOWAIT for this file).
+    """
+    if nbytes < 0:
+        raise ValueError("nbytes must be >= 0")
+    if not _HAVE_RWF_NOWAIT:
+        raise OSError(errno.ENOSYS, "RWF_NOWAIT is not available")
+    nbytes = min(nbytes, _RESIDENCY_MAX_BYTES)
+    if nbytes == 0 or not _cached(fd, offset):
+        return 0
+    if _cached(fd, offset + nbytes - 1):
+        return nbytes
+    first = offset - offset % _PAGE
+    low, high = 0, (offset + nbytes - 1 - first) // _PAGE  # page `low` cached, `high` not
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _cached(fd, first + middle * _PAGE):
+            low = middle
+        else:
+            high = middle
+    return first + high * _PAGE - offset
+
+
+def _cached(fd: int, position: int) -> bool:
+    try:
+        return os.preadv(fd, [bytearray(1)], position, os.RWF_NOWAIT) == 1
+    except BlockingIOError:
+        return False
+
+
 class _Step:
     """Accounts for one call: how much went, on which kind of descriptor."""
 

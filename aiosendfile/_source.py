@@ -27,14 +27,16 @@ class Source:
         if self.fd is not None:
             st = os.fstat(self.fd)
             self.regular = stat.S_ISREG(st.st_mode)
-            if self.regular:
+            if self.regular and st.st_size > 0:
+                # Size 0 is what procfs and sysfs report for files with content:
+                # unknown, sent to the end of file (a truly empty file ends at once).
                 self.size = st.st_size
         self.seekable = bool(_call(file, "seekable", False))
         if self.size is None and self.seekable and self.fd is None:
             self.size = _in_memory_size(file)
         self.in_memory = self.fd is None  # BytesIO and friends: read on the loop
         # A read still running in a worker thread after the send ended.
-        self.busy: asyncio.Future[bytes] | None = None
+        self.busy: asyncio.Future[Any] | None = None
 
     def expected(self, offset: int, count: int | None) -> int | None:
         """File bytes a send will move: min(count, size - offset), None when unknown."""

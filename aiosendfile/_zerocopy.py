@@ -6,21 +6,35 @@ refuses a second registration of the transport's own fd, on asyncio and
 uvloop alike, while a dup() can be watched (shared/NOTES.md).  Before every
 call the transport's own write buffer must be empty, so nothing it queued
 earlier can be overtaken.
+
+Two things keep the loop free for everyone else:
+- the disk: sendfile(2) sleeps in the calling thread when a page is not in
+  the page cache.  Before a range goes to the kernel, one cheap residency
+  check (cachestat(2)) says how much of it is cached; what is not is read in
+  by a worker (_disk.populate) a few MiB ahead while the loop serves others.
+- fairness: one call moves at most a share of LOOP_BUDGET, split between the
+  zero-copy sends running on the loop, so one writable event cannot hold the
+  loop for long while other connections wait (nginx's sendfile_max_chunk).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import weakref
 
-from . import _core
+from . import _core, _disk
 from ._errors import Action, classify, transport_closing
 from ._transfer import Transfer
 
-# The most file bytes one call of the core may move, so one big download
-# cannot hold the loop while other connections wait (nginx's
-# sendfile_max_chunk); calls are cheap next to this.
-MAX_BYTES_PER_CALL = 8 * 1024 * 1024
+LOOP_BUDGET = 4 * 1024 * 1024  # bytes all of a loop's sends move in one pass
+MIN_SHARE = 128 * 1024  # below this, per-call costs would dominate
+READ_AHEAD = 4 * 1024 * 1024  # residency window, and the size of one disk read
+_UNKNOWN_END = 1 << 62  # a file that reports size 0 (procfs, sysfs): send to EOF
+
+_sends_per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class ZeroCopyRefused(Exception):
@@ -29,18 +43,26 @@ class ZeroCopyRefused(Exception):
 
 async def send_zerocopy(transfer: Transfer, out_fd: int) -> None:
     """Sends what `transfer` owes with the core; raises ZeroCopyRefused to hand over."""
-    assert transfer.source.fd is not None and transfer.count is not None
-    engine = _Engine(transfer, out_fd, transfer.source.fd)
-    while not engine.finished:
-        if transfer.transport.get_write_buffer_size():
-            await transfer.flow.until_empty()
-        # Most responses go whole in this first call, without touching the loop.
-        try:
-            engine.step()
-        except BlockingIOError:
-            pass
-        if not engine.finished:
-            await engine.run_on_loop()
+    assert transfer.source.fd is not None
+    loop = asyncio.get_running_loop()
+    engine = _Engine(transfer, out_fd, transfer.source.fd, loop)
+    _sends_per_loop[loop] = _sends_per_loop.get(loop, 0) + 1
+    try:
+        while not engine.finished:
+            if engine.waiting_for_disk:
+                await engine.wait_for_disk()
+            if transfer.transport.get_write_buffer_size():
+                await transfer.flow.until_empty()
+            # Most responses go whole in this first call, without touching the loop.
+            try:
+                engine.step()
+            except BlockingIOError:
+                pass
+            if not engine.finished and not engine.waiting_for_disk:
+                await engine.run_on_loop()
+    finally:
+        _sends_per_loop[loop] -= 1
+        engine.close()
     # What the core did not send goes through the transport, still in order:
     # the header when there was no file byte to send, the trailer after a
     # short file or a full socket (the core sends it only behind the last byte).
@@ -51,27 +73,43 @@ async def send_zerocopy(transfer: Transfer, out_fd: int) -> None:
 
 
 class _Engine:
-    def __init__(self, transfer: Transfer, out_fd: int, in_fd: int) -> None:
+    def __init__(
+        self, transfer: Transfer, out_fd: int, in_fd: int, loop: asyncio.AbstractEventLoop
+    ) -> None:
         self.transfer = transfer
         self.out_fd = out_fd
         self.in_fd = in_fd
+        self.loop = loop
+        known = transfer.count is not None
+        self.end = transfer.offset + transfer.count if known else _UNKNOWN_END  # type: ignore[operator]
         self.finished = transfer.count == 0
+        # Bytes before `cached_until` were found in the page cache (or read in).
+        self.cached_until = transfer.offset
+        self.check_cache = known  # pseudo-files of unknown size are not on a disk
+        self.disk_read: asyncio.Future[int] | None = None
+        self._disk_read_start = 0
         self._done: asyncio.Future[None] | None = None
+
+    @property
+    def waiting_for_disk(self) -> bool:
+        return self.disk_read is not None and self.cached_until <= self.transfer.position
 
     def step(self) -> None:
         """One call of the core; sets `finished` when no file byte is owed any more.
 
-        Raises BlockingIOError when the socket is full.
+        Raises BlockingIOError when the socket is full.  Sends nothing when the
+        next byte is not in the page cache (then `waiting_for_disk` is true).
         """
         t = self.transfer
-        assert t.count is not None
-        wanted = t.count - t.sent
-        nbytes = min(wanted, MAX_BYTES_PER_CALL)
-        trailer = t.trailer if nbytes == wanted else b""
+        position = t.position
+        share = max(MIN_SHARE, LOOP_BUDGET // max(1, _sends_per_loop.get(self.loop, 1)))
+        nbytes = min(self.end - position, share, self._cached_ahead(position))
+        if nbytes == 0:
+            return
+        last = position + nbytes == self.end
+        trailer = t.trailer if last else b""
         try:
-            written = _core.sendfile(
-                self.out_fd, self.in_fd, t.offset + t.sent, nbytes, t.header, trailer
-            )
+            written = _core.sendfile(self.out_fd, self.in_fd, position, nbytes, t.header, trailer)
         except OSError as exc:
             action = classify(exc, file_bytes_sent=t.sent)
             if action is Action.FALLBACK:
@@ -86,21 +124,62 @@ class _Engine:
         from_trailer = written - from_header - from_file
         t.trailer = t.trailer[from_trailer:]
         t.advance(from_file)
-        if t.sent == t.count:
+        if t.position == self.end:
             self.finished = True
 
+    def _cached_ahead(self, position: int) -> int:
+        """Bytes from `position` that sendfile(2) can take without waiting for a disk.
+
+        Looks one window ahead (one cachestat(2) per READ_AHEAD bytes of a hot
+        file) and has a worker read in what is missing, one read at a time.
+        """
+        if not self.check_cache:
+            return self.end - position
+        if self.cached_until - position < READ_AHEAD and self.disk_read is None:
+            start = max(self.cached_until, position)
+            window = min(READ_AHEAD, self.end - start)
+            try:
+                cached = _core.resident(self.in_fd, start, window)
+            except OSError:
+                self.check_cache = False  # the kernel cannot tell: send as it comes
+                return self.end - position
+            self.cached_until = start + cached
+            if cached < window:
+                self._read_in(self.cached_until, min(READ_AHEAD, self.end - self.cached_until))
+        return max(0, self.cached_until - position)
+
+    def _read_in(self, start: int, length: int) -> None:
+        self._disk_read_start = start
+        self.disk_read = _disk.populate(self.in_fd, start, length)
+        self.disk_read.add_done_callback(self._disk_read_done)
+
+    def _disk_read_done(self, read: asyncio.Future[int]) -> None:
+        if read.cancelled() or read.exception() is not None:
+            self.check_cache = False  # sendfile(2) will meet the error itself, if any
+        else:
+            got = read.result()
+            if got == 0:
+                self.check_cache = False  # end of file: let sendfile(2) say so
+            self.cached_until = max(self.cached_until, self._disk_read_start + got)
+        self.disk_read = None
+
+    async def wait_for_disk(self) -> None:
+        read = self.disk_read
+        if read is not None:
+            await asyncio.wait([read])  # its result is taken by _disk_read_done
+
     async def run_on_loop(self) -> None:
-        """Steps on each writable event until finished, or until the transport
-        has queued bytes of its own (then the caller waits for them first)."""
-        loop = asyncio.get_running_loop()
-        self._done = loop.create_future()
+        """Steps on each writable event until finished, the next bytes are not
+        cached yet, or the transport has queued bytes of its own (then the
+        caller waits for those first)."""
+        self._done = self.loop.create_future()
         watched_fd = os.dup(self.out_fd)
         try:
-            loop.add_writer(watched_fd, self._on_writable)
+            self.loop.add_writer(watched_fd, self._on_writable)
             try:
                 await self._done
             finally:
-                loop.remove_writer(watched_fd)
+                self.loop.remove_writer(watched_fd)
         finally:
             os.close(watched_fd)
 
@@ -124,5 +203,10 @@ class _Engine:
         except BaseException as exc:
             done.set_exception(exc)
             return
-        if self.finished:
-            done.set_result(None)
+        if self.finished or self.waiting_for_disk:
+            done.set_result(None)  # a disk wait is not a socket wait: stop watching
+
+    def close(self) -> None:
+        """Drops a disk read that has not started (a running one ends on its own fd)."""
+        if self.disk_read is not None:
+            self.disk_read.cancel()

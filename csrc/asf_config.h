@@ -10,6 +10,12 @@
 #  define HAVE_MSG_NOSIGNAL 1
 /* TCP_CORK toggling pushes a held partial segment: Linux >= 2.2. */
 #  define HAVE_TCP_CORK 1
+/* cachestat(2), page-cache residency of a range in one call: Linux >= 6.5 (syscall 451
+ * on every architecture); older kernels answer ENOSYS and mincore(2) takes over. */
+#  define HAVE_CACHESTAT 1
+#  define ASF_NR_CACHESTAT 451
+/* mincore(2) on a shared mapping of the file: Linux >= 2.3.99. */
+#  define HAVE_MINCORE 1
 #endif
 
 #endif /* ASF_CONFIG_H */

@@ -5,6 +5,7 @@
 #include <errno.h>
 
 #include "asf_errors.h"
+#include "asf_residency.h"
 #include "asf_sendfile.h"
 
 typedef struct {
@@ -119,9 +120,49 @@ done:
     return ret;
 }
 
+PyDoc_STRVAR(resident_doc,
+"resident(fd, offset, nbytes) -> int\n\
+\n\
+How many bytes of fd from offset (at most nbytes, and at most 16 MiB per\n\
+call) are in the page cache, in whole pages, stopping at the first page that\n\
+is not: what sendfile(2) can send without waiting for a disk. One\n\
+cachestat(2) call when the whole range is cached (Linux >= 6.5), mincore(2)\n\
+on a mapping otherwise. Raises OSError when the kernel cannot tell (a file\n\
+that cannot be mapped, such as procfs, on a kernel without cachestat).");
+
+static PyObject *core_resident(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"fd", "offset", "nbytes", NULL};
+    int fd;
+    optional_offset offset = {0, 0};
+    Py_ssize_t nbytes;
+    ssize_t result;
+
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iO&n:resident", kwlist, &fd,
+                                     convert_offset, &offset, &nbytes))
+        return NULL;
+    if (!offset.given) {
+        PyErr_SetString(PyExc_TypeError, "offset must be an int");
+        return NULL;
+    }
+    if (nbytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "nbytes must be >= 0");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    result = asf_resident_bytes(fd, offset.value, (size_t)nbytes);
+    Py_END_ALLOW_THREADS
+    if (result < 0)
+        return asf_raise_errno((int)-result);
+    return PyLong_FromSsize_t(result);
+}
+
 static PyMethodDef core_methods[] = {
     {"sendfile", (PyCFunction)(void (*)(void))core_sendfile,
      METH_VARARGS | METH_KEYWORDS, sendfile_doc},
+    {"resident", (PyCFunction)(void (*)(void))core_resident,
+     METH_VARARGS | METH_KEYWORDS, resident_doc},
     {NULL, NULL, 0, NULL},
 };
 

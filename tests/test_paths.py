@@ -49,6 +49,7 @@ class CallLog:
         self.transport_bytes = 0  # where the transport is Python code and shows its argument
         self.sendfile_calls = 0
         self.tls_writes = 0
+        self.probes = 0
 
     def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
         if event == "call":  # a Python-level transport (asyncio's TLS transport)
@@ -72,7 +73,10 @@ class CallLog:
         elif name == "sendfile":
             self.sendfile_calls += 1
         elif (module, name) in _READS or (name in ("read", "readinto", "pread", "preadv")):
-            self.reads.append(f"{module}.{name}")
+            if frame.f_code.co_name == "_cached" and "_core_py" in frame.f_code.co_filename:
+                self.probes += 1  # the pure-Python core's 1-byte page-cache probe
+            else:
+                self.reads.append(f"{module}.{name}")
 
 
 @contextmanager

@@ -1,0 +1,115 @@
+"""Disk reads off the loop: a few at a time per loop, in the loop's default executor.
+
+The default executor is shut down with the loop (asyncio.run and uvloop.run
+call shutdown_default_executor), so no read outlives it, and at most
+MAX_JOBS of ours run at once per loop, so the application's own to_thread()
+calls keep their share of its threads.  A job that has not started when its
+send ends is dropped; one that has runs to its end on a descriptor of its own
+(a dup()), so the send may close the file at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+MAX_JOBS = 4
+POPULATE_BUFFER = 1024 * 1024  # per worker thread, reused: the bytes are thrown away
+
+
+class _JobQueue:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.running = 0
+        self.waiting: collections.deque[tuple[asyncio.Future[Any], Callable[[], Any]]] = (
+            collections.deque()
+        )
+
+    def submit(self, job: Callable[[], T]) -> asyncio.Future[T]:
+        result: asyncio.Future[T] = self.loop.create_future()
+        self.waiting.append((result, job))
+        self._start_more()
+        return result
+
+    def _start_more(self) -> None:
+        while self.running < MAX_JOBS and self.waiting:
+            result, job = self.waiting.popleft()
+            if result.done():
+                continue  # its send ended (cancelled) before the job could start
+            self.running += 1
+            running = self.loop.run_in_executor(None, job)
+            running.add_done_callback(functools.partial(self._finished, result))
+
+    def _finished(self, result: asyncio.Future[Any], running: asyncio.Future[Any]) -> None:
+        self.running -= 1
+        if running.cancelled():
+            result.cancel()
+        elif result.done():
+            running.exception()  # nobody waits for it any more: its error is nobody's
+        elif running.exception() is not None:
+            result.set_exception(running.exception())  # type: ignore[arg-type]
+        else:
+            result.set_result(running.result())
+        self._start_more()
+
+
+_queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _JobQueue] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def submit(job: Callable[[], T]) -> asyncio.Future[T]:
+    """Runs `job` in a worker thread, at most MAX_JOBS at a time on this loop."""
+    loop = asyncio.get_running_loop()
+    queue = _queues.get(loop)
+    if queue is None:
+        queue = _queues[loop] = _JobQueue(loop)
+    return queue.submit(job)
+
+
+def pread(fd: int, size: int, offset: int) -> asyncio.Future[bytes]:
+    """os.pread in a worker, on a dup of `fd` that the worker closes."""
+    return submit(functools.partial(_pread_own_fd, os.dup(fd), size, offset))
+
+
+def populate(fd: int, offset: int, length: int) -> asyncio.Future[int]:
+    """Reads a range into the page cache in a worker; the bytes read (short at EOF)."""
+    return submit(functools.partial(_populate_own_fd, os.dup(fd), offset, length))
+
+
+def _pread_own_fd(fd: int, size: int, offset: int) -> bytes:
+    try:
+        return os.pread(fd, size, offset)
+    finally:
+        os.close(fd)
+
+
+_scratch = threading.local()
+
+
+def _populate_own_fd(fd: int, offset: int, length: int) -> int:
+    try:
+        # Queue the whole range at once, then wait for it a buffer at a time.
+        if hasattr(os, "posix_fadvise"):  # Linux, the BSDs; not macOS
+            os.posix_fadvise(fd, offset, length, os.POSIX_FADV_WILLNEED)
+        buffer = getattr(_scratch, "buffer", None)
+        if buffer is None:
+            buffer = _scratch.buffer = bytearray(POPULATE_BUFFER)
+        done = 0
+        while done < length:
+            view = memoryview(buffer)[: min(len(buffer), length - done)]
+            n = os.preadv(fd, [view], offset + done)
+            if n == 0:
+                break  # end of file
+            done += n
+        return done
+    finally:
+        os.close(fd)
