@@ -86,6 +86,7 @@ class _Engine:
         # Bytes before `cached_until` were found in the page cache (or read in).
         self.cached_until = transfer.offset
         self.check_cache = known  # pseudo-files of unknown size are not on a disk
+        self.cache_unknown = False  # the residency check failed once: read everything in
         self.disk_read: asyncio.Future[int] | None = None
         self._disk_read_start = 0
         self._done: asyncio.Future[None] | None = None
@@ -138,15 +139,24 @@ class _Engine:
         if self.cached_until - position < READ_AHEAD and self.disk_read is None:
             start = max(self.cached_until, position)
             window = min(READ_AHEAD, self.end - start)
-            try:
-                cached = _core.resident(self.in_fd, start, window)
-            except OSError:
-                self.check_cache = False  # the kernel cannot tell: send as it comes
-                return self.end - position
-            self.cached_until = start + cached
-            if cached < window:
-                self._read_in(self.cached_until, min(READ_AHEAD, self.end - self.cached_until))
+            if window > 0:
+                cached = self._resident(start, window)
+                self.cached_until = start + cached
+                if cached < window:
+                    self._read_in(self.cached_until, min(READ_AHEAD, self.end - self.cached_until))
         return max(0, self.cached_until - position)
+
+    def _resident(self, start: int, window: int) -> int:
+        """Cached bytes from `start`; 0 when the kernel cannot tell (the pure-Python
+        core on FUSE, say): then every window is read in by a worker before it is
+        sent, which costs a thread hop but never stalls the loop."""
+        if self.cache_unknown:
+            return 0
+        try:
+            return _core.resident(self.in_fd, start, window)
+        except OSError:
+            self.cache_unknown = True
+            return 0
 
     def _read_in(self, start: int, length: int) -> None:
         self._disk_read_start = start

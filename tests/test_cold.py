@@ -1,0 +1,238 @@
+"""Cold files: pages not in the page cache never stall the loop, and still arrive exact.
+
+A file is made cold with fsync + posix_fadvise(POSIX_FADV_DONTNEED); a slow
+disk is a FUSE filesystem that sleeps before every read (tests/isolated/slowfs.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import aiosendfile
+from aiosendfile import _core, _disk
+
+from .conftest import Connection, open_fds, pattern
+
+MiB = 1024 * 1024
+
+
+def evict(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def cached_bytes(path: Path, size: int) -> int:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return _core.resident(fd, 0, size)
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture
+def cold_file(make_file: Callable[..., Path]) -> Callable[[int], tuple[Path, bytes]]:
+    def make(size: int) -> tuple[Path, bytes]:
+        path = make_file(size, seed=5)
+        data = path.read_bytes()
+        evict(path)
+        return path, data
+
+    return make
+
+
+def test_resident_sees_the_page_cache(core: str, tmp_path: Path) -> None:
+    path = tmp_path / "f.bin"
+    path.write_bytes(pattern(4 * MiB))
+    evict(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert _core.resident(fd, 0, 4 * MiB) == 0
+        os.pread(fd, MiB, 0)
+        cached = _core.resident(fd, 0, 4 * MiB)
+        assert MiB <= cached <= 4 * MiB  # the kernel may read ahead
+        assert _core.resident(fd, 100, MiB) == MiB  # unaligned start: bytes, not pages
+        assert _core.resident(fd, 0, 0) == 0
+    finally:
+        os.close(fd)
+
+
+async def test_send_evicted_file(
+    connect: Callable[..., Any],
+    cold_file: Callable[[int], tuple[Path, bytes]],
+    transport_kind: str,
+    writer_kind: str,
+    core: str,
+) -> None:
+    path, data = cold_file(9 * MiB + 123)
+    if transport_kind != "tls":
+        assert cached_bytes(path, len(data)) == 0
+    conn: Connection = await connect(transport_kind, writer_kind)
+    with path.open("rb") as f:
+        assert (
+            await aiosendfile.send(conn.writer, f, 77, headers=b"H", trailers=b"T")
+            == len(data) - 77
+        )
+        assert f.tell() == len(data)
+    assert await conn.received_after_close() == b"H" + data[77:] + b"T"
+
+
+async def test_send_partly_cached_file(
+    connect: Callable[..., Any],
+    cold_file: Callable[[int], tuple[Path, bytes]],
+    transport_kind: str,
+    core: str,
+) -> None:
+    """Cached, evicted and cached again: each part is sent as it becomes available."""
+    path, data = cold_file(12 * MiB)
+    with path.open("rb") as f:
+        os.pread(f.fileno(), 2 * MiB, 0)
+        os.pread(f.fileno(), 2 * MiB, 8 * MiB)
+    conn: Connection = await connect(transport_kind)
+    assert await aiosendfile.send(conn.writer, path) == len(data)
+    assert await conn.received_after_close() == data
+
+
+async def test_send_from_a_file_that_refuses_sendfile(
+    connect: Callable[..., Any], transport_kind: str, core: str
+) -> None:
+    """procfs refuses sendfile(2) (EINVAL) and says its size is 0: the buffered
+    path takes over on the first refusal and sends to the end of the file."""
+    expected = Path("/proc/self/limits").read_bytes()
+    conn: Connection = await connect(transport_kind)
+    with open("/proc/self/limits", "rb") as f:
+        assert await aiosendfile.send(conn.writer, f, headers=b"<", trailers=b">") == len(expected)
+        assert f.tell() == len(expected)
+    assert await conn.received_after_close() == b"<" + expected + b">"
+
+
+async def test_send_fallback_false_on_refusal(connect: Callable[..., Any], core: str) -> None:
+    conn: Connection = await connect("tcp")
+    with pytest.raises(aiosendfile.SendfileNotAvailableError):
+        await aiosendfile.send(conn.writer, "/proc/self/limits", fallback=False)
+
+
+async def test_send_empty_file(
+    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, core: str
+) -> None:
+    path = tmp_path / "empty"
+    path.write_bytes(b"")
+    conn: Connection = await connect(transport_kind)
+    calls: list[tuple[int, int | None]] = []
+    sent = await aiosendfile.send(
+        conn.writer, path, headers=b"H", trailers=b"T", progress=lambda s, t: calls.append((s, t))
+    )
+    assert sent == 0
+    assert calls == [(0, None)]  # size 0 may be a pseudo-file's: the total is unknown
+    assert await conn.received_after_close() == b"HT"
+
+
+async def test_cancel_cold_send_leaves_no_worker(
+    connect: Callable[..., Any],
+    cold_file: Callable[[int], tuple[Path, bytes]],
+    transport_kind: str,
+    core: str,
+) -> None:
+    path, data = cold_file(64 * MiB)
+    conn: Connection = await connect(transport_kind, reading=False, sndbuf=32 * 1024)
+    fds = open_fds()
+    with path.open("rb") as f:
+        sending = asyncio.ensure_future(aiosendfile.send(conn.writer, f))
+        await asyncio.sleep(0.02)
+        sending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await sending
+        position = f.tell()
+    queue = _disk._queues.get(asyncio.get_running_loop())
+    for _ in range(200):  # a read already in a worker ends on its own, within a few ms
+        if queue is None or (queue.running == 0 and not queue.waiting):
+            break
+        await asyncio.sleep(0.01)
+    assert queue is None or (queue.running == 0 and not queue.waiting), "a worker is still busy"
+    assert open_fds() == fds, "a worker's descriptor outlived it"
+    assert await conn.received_after_close() == data[:position]
+
+
+# --- a slow disk ---
+
+
+@pytest.fixture
+def slow_disk(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """(backing directory, mount point) of a FUSE filesystem sleeping 20 ms per read."""
+    if not os.path.exists("/dev/fuse"):
+        pytest.skip("no /dev/fuse")
+    pytest.importorskip("fuse", reason="fusepy is not installed")
+    backing, mountpoint = tmp_path / "backing", tmp_path / "mnt"
+    backing.mkdir()
+    mountpoint.mkdir()
+    script = Path(__file__).parent / "isolated" / "slowfs.py"
+    server = subprocess.Popen(
+        [sys.executable, str(script), str(backing), str(mountpoint), "0.02"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not os.path.ismount(mountpoint):
+            if server.poll() is not None or time.monotonic() > deadline:
+                err = server.stderr.read().decode() if server.stderr else ""
+                if os.environ.get("CI"):
+                    pytest.fail(f"could not mount the FUSE filesystem: {err}")
+                pytest.skip(f"could not mount the FUSE filesystem: {err}")
+            time.sleep(0.05)
+        yield backing, mountpoint
+    finally:
+        subprocess.run(["umount", "-l", str(mountpoint)], check=False, capture_output=True)
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        if server.stderr:
+            server.stderr.close()
+
+
+@pytest.mark.parametrize("transport_kind", ["tcp", "tls"])
+async def test_slow_disk_does_not_stall_the_loop(
+    connect: Callable[..., Any], slow_disk: tuple[Path, Path], transport_kind: str, core: str
+) -> None:
+    """Every read of this disk sleeps 20 ms.  If those reads ran on the loop, a
+    1 ms ticker could tick only between them; in workers it keeps ticking."""
+    backing, mountpoint = slow_disk
+    data = pattern(3 * MiB, seed=8)
+    (backing / "slow.bin").write_bytes(data)
+    conn: Connection = await connect(transport_kind)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.001)
+            ticks += 1
+
+    ticking = asyncio.ensure_future(ticker())
+    started = time.perf_counter()
+    try:
+        assert await aiosendfile.send(conn.writer, mountpoint / "slow.bin") == len(data)
+    finally:
+        ticking.cancel()
+    elapsed = time.perf_counter() - started
+    reads = len(data) // (128 * 1024)  # FUSE reads at most 128 KiB at a time
+    assert elapsed > reads * 0.02 * 0.5, "the disk was not slow: the test measures nothing"
+    # Blocked, the loop would tick about once per read; free, about once per ms.
+    assert ticks > 3 * reads, f"{ticks} ticks in {elapsed:.2f}s for {reads} slow reads"
+    assert await conn.received_after_close() == data
+    shutil.rmtree(backing, ignore_errors=True)
