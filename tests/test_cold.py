@@ -1,7 +1,7 @@
 """Cold files: pages not in the page cache never stall the loop, and still arrive exact.
 
 A file is made cold with fsync + posix_fadvise(POSIX_FADV_DONTNEED); a slow
-disk is a FUSE filesystem that sleeps before every read (tests/isolated/slowfs.py).
+disk is a FUSE filesystem that sleeps before every read (aiosendfile/bench/slowfs.py).
 """
 
 from __future__ import annotations
@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -172,37 +170,19 @@ async def test_cancel_cold_send_leaves_no_worker(
 @pytest.fixture
 def slow_disk(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """(backing directory, mount point) of a FUSE filesystem sleeping 20 ms per read."""
-    if not os.path.exists("/dev/fuse"):
-        pytest.skip("no /dev/fuse")
     pytest.importorskip("fuse", reason="fusepy is not installed")
+    from aiosendfile.bench import slowfs
+
     backing, mountpoint = tmp_path / "backing", tmp_path / "mnt"
     backing.mkdir()
     mountpoint.mkdir()
-    script = Path(__file__).parent / "isolated" / "slowfs.py"
-    server = subprocess.Popen(
-        [sys.executable, str(script), str(backing), str(mountpoint), "0.02"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
     try:
-        deadline = time.monotonic() + 10
-        while not os.path.ismount(mountpoint):
-            if server.poll() is not None or time.monotonic() > deadline:
-                err = server.stderr.read().decode() if server.stderr else ""
-                if os.environ.get("CI"):
-                    pytest.fail(f"could not mount the FUSE filesystem: {err}")
-                pytest.skip(f"could not mount the FUSE filesystem: {err}")
-            time.sleep(0.05)
-        yield backing, mountpoint
-    finally:
-        subprocess.run(["umount", "-l", str(mountpoint)], check=False, capture_output=True)
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        if server.stderr:
-            server.stderr.close()
+        with slowfs.mounted(backing, mountpoint, 0.02):
+            yield backing, mountpoint
+    except slowfs.MountError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
 
 
 @pytest.mark.parametrize("transport_kind", ["tcp", "tls"])
