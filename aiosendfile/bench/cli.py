@@ -1,0 +1,430 @@
+"""python -m aiosendfile bench: the command line, and one run of the suite from start to end.
+
+Plans which rows serve which workloads, makes the files (and TLS
+certificates), then measures: for each workload, every row once per run, the
+rows interleaved and their order rotated from run to run, since this kind of
+machine drifts 2-4x between repetitions (shared/NOTES.md).  Each measurement
+is a server process of its own plus the one receiver process (runner.py).
+Prints Markdown tables on stdout, a progress bar on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import fnmatch
+import importlib.util
+import json
+import os
+import re
+import shlex
+import signal
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from . import report, runner, senders, targets
+from .progress import Progress
+from .results import Failure, Sample, Section, summarize
+from .senders import REGISTRY, Sender
+from .workloads import Transport, Workload
+
+DEFAULTS = {"size": 1 << 30, "runs": 5, "requests": 2000, "connections": 200, "conn_size": 16 << 20}
+# --quick: the same rows and workloads, smaller and once; under a minute on 2 cores.
+QUICK = {"size": 256 << 20, "runs": 1, "requests": 500, "connections": 200, "conn_size": 2 << 20}
+SMALL_SIZES = {"small-4k": 4 << 10, "small-64k": 64 << 10}
+WORKLOAD_NAMES = ("large", "small-4k", "small-64k", "concurrent")
+BLOCK = 16 << 20  # one os.urandom() block, written over and over: random-ish and fast
+
+
+class UsageError(Exception):
+    """A bad option: exit status 2."""
+
+
+# --- the command line ---
+
+
+def parse_size(text: str) -> int:
+    """'1G', '64M', '512k', '1GiB' or plain bytes; K/M/G are powers of 1024."""
+    match = re.fullmatch(r"\s*(\d+)\s*([kmg]?)(?:i?b)?\s*", text, re.IGNORECASE)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 64M or 1G)")
+    size = int(match[1]) << {"": 0, "k": 10, "m": 20, "g": 30}[match[2].lower()]
+    if size <= 0:
+        raise argparse.ArgumentTypeError("the size must be at least one byte")
+    return size
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Measure aiosendfile against what you would use instead (asyncio's "
+        "loop.sendfile, 256 KiB buffered writes) and against the machine's limit (a blocking "
+        "socket.sendfile thread), over 127.0.0.1: a large file, small files as "
+        "request/response, concurrent downloads, and TLS. Prints Markdown tables.",
+        epilog="Rows: " + ", ".join(REGISTRY) + ". Workloads: " + ", ".join(WORKLOAD_NAMES) + ".",
+    )
+    sizes = parser.add_argument_group("workloads")
+    sizes.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smaller run, once: --size 256M --runs 1 --requests 500 --conn-size 2M "
+        "(options given explicitly still win)",
+    )
+    sizes.add_argument(
+        "--size", type=parse_size, help="the large file's size, K/M/G suffixes (default 1G)"
+    )
+    sizes.add_argument(
+        "--runs", type=positive, help="repetitions of every row, interleaved (default 5)"
+    )
+    sizes.add_argument(
+        "--requests",
+        type=positive,
+        help="small files: timed responses on the one connection (default 2000)",
+    )
+    sizes.add_argument(
+        "--connections", type=positive, help="concurrent: connections at once (default 200)"
+    )
+    sizes.add_argument(
+        "--conn-size", type=parse_size, help="concurrent: bytes per download (default 16M)"
+    )
+    choice = parser.add_argument_group("what runs")
+    choice.add_argument(
+        "--only",
+        metavar="ROWS",
+        help="comma-separated rows to run, with shell wildcards ('limit,aiosendfile-*')",
+    )
+    choice.add_argument(
+        "--workloads",
+        metavar="NAMES",
+        help="comma-separated workloads to run (large, small, small-4k, small-64k, concurrent)",
+    )
+    choice.add_argument(
+        "--cpu",
+        type=int,
+        help="the core that server and receiver share for small files "
+        "(default: the last one this process may use)",
+    )
+    choice.add_argument(
+        "--dir", type=Path, help="where to create the files (default: the temporary directory)"
+    )
+    choice.add_argument("--list", action="store_true", help="list the rows and exit")
+    out = parser.add_argument_group("output")
+    out.add_argument("--json", metavar="FILE", type=Path, help="also write the results as JSON")
+    out.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        type=Path,
+        help="also draw throughput and CPU per row (needs matplotlib: aiosendfile[bench])",
+    )
+    out.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    return parser
+
+
+def resolve_options(args: argparse.Namespace) -> None:
+    """Fills what was not given from --quick or the defaults."""
+    for name, default in DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, QUICK[name] if args.quick else default)
+
+
+def select_workloads(args: argparse.Namespace) -> list[Workload]:
+    names = list(WORKLOAD_NAMES)
+    if args.workloads:
+        wanted = _patterns(args.workloads, "small", "small-*")
+        names = [name for name in names if any(fnmatch.fnmatchcase(name, p) for p in wanted)]
+        _check_patterns(wanted, WORKLOAD_NAMES, "workload")
+    # A few untimed responses first; the first of them is checked byte for byte.
+    warmup = max(1, min(100, args.requests // 20))
+    workloads = {
+        "large": Workload("large", "stream", args.size),
+        "concurrent": Workload(
+            "concurrent", "stream", args.conn_size, connections=args.connections
+        ),
+    }
+    for name, size in SMALL_SIZES.items():
+        workloads[name] = Workload(
+            name, "requests", size, requests=args.requests, warmup=warmup, pinned=True
+        )
+    return [workloads[name] for name in names]
+
+
+def select_rows(args: argparse.Namespace) -> list[Sender]:
+    rows = list(REGISTRY.values())
+    if args.only:
+        wanted = _patterns(args.only)
+        _check_patterns(wanted, tuple(REGISTRY), "row")
+        rows = [row for row in rows if any(fnmatch.fnmatchcase(row.name, p) for p in wanted)]
+    return rows
+
+
+def _patterns(text: str, alias: str = "", meaning: str = "") -> list[str]:
+    patterns = [p.strip() for p in text.split(",") if p.strip()]
+    if not patterns:
+        raise UsageError("an empty list")
+    return [meaning if alias and p == alias else p for p in patterns]
+
+
+def _check_patterns(patterns: Sequence[str], names: Sequence[str], kind: str) -> None:
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
+            raise UsageError(f"no {kind} matches {pattern!r}; {kind}s: {', '.join(names)}")
+
+
+def missing(row: Sender, have_tls: bool) -> str | None:
+    """Why a row cannot run here, or None."""
+    for module in row.requires:
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed"
+    if row.transport == "tls" and not have_tls:
+        return "trustme is not installed (it makes the TLS rows' certificates)"
+    return None
+
+
+def pinned_cpus(args: argparse.Namespace) -> tuple[int, ...]:
+    allowed = sorted(os.sched_getaffinity(0))
+    cpu = allowed[-1] if args.cpu is None else args.cpu
+    if cpu not in allowed:
+        raise UsageError(f"--cpu {cpu}: this process may use CPUs {allowed}")
+    return (cpu,)
+
+
+# --- files and certificates ---
+
+
+def make_file(path: Path, size: int) -> None:
+    block = os.urandom(min(BLOCK, size))
+    with open(path, "wb") as file:
+        for _ in range(size // len(block)):
+            file.write(block)
+        file.write(block[: size % len(block)])
+        file.flush()
+        # Written back now, so the disk is idle during the timed rows; the pages stay cached.
+        os.fsync(file.fileno())
+
+
+def make_certificates(directory: Path) -> tuple[str, str, str] | None:
+    """(certificate chain, key, CA) PEM files for 127.0.0.1, or None without trustme."""
+    try:  # optional: the [bench] and [test] extras
+        import trustme  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return None
+    ca = trustme.CA()
+    cert = ca.issue_cert("localhost", "127.0.0.1")
+    chain, key, authority = directory / "chain.pem", directory / "key.pem", directory / "ca.pem"
+    chain.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+    cert.private_key_pem.write_to_path(str(key))
+    ca.cert_pem.write_to_path(str(authority))
+    return str(chain), str(key), str(authority)
+
+
+def _result_text(sample: Sample) -> str:
+    value = f"{sample.value:,.0f} {sample.workload.unit}"
+    if sample.workload.kind == "requests":
+        return f"{value}, server CPU {sample.cpu:.1f} µs/response"
+    return f"{value}, server CPU {sample.cpu:.2f} s/GiB"
+
+
+# --- one run ---
+
+
+@dataclasses.dataclass
+class Plan:
+    """Which rows serve which workloads in this run, and why some do not."""
+
+    workloads: list[Workload]
+    rows: dict[str, list[Sender]]  # workload name -> its rows, in registry order
+    notes: list[str]
+
+    def steps(self, runs: int) -> list[tuple[Workload, int, Sender]]:
+        """Every measurement in order: per workload, run after run, rows rotated each run."""
+        return [
+            (workload, run, row)
+            for workload in self.workloads
+            for run in range(1, runs + 1)
+            for row in _rotated(self.rows[workload.name], run - 1)
+        ]
+
+
+def make_plan(workloads: Sequence[Workload], rows: Sequence[Sender], have_tls: bool) -> Plan:
+    runnable: list[Sender] = []
+    skipped: dict[str, list[str]] = {}
+    for row in rows:
+        reason = missing(row, have_tls)
+        if reason is None:
+            runnable.append(row)
+        else:
+            skipped.setdefault(reason, []).append(f"`{row.name}`")
+    notes = [f"skipped, as {reason}: {', '.join(names)}" for reason, names in skipped.items()]
+    by_workload = {w.name: [r for r in runnable if w.name in r.workloads] for w in workloads}
+    kept = [w for w in workloads if by_workload[w.name]]
+    if not kept:
+        raise UsageError("nothing to run: no selected row serves a selected workload")
+    return Plan(kept, by_workload, notes)
+
+
+def measure_all(
+    plan: Plan,
+    runs: int,
+    files: dict[str, str],
+    tls: tuple[str, str, str] | None,
+    cpus: tuple[int, ...],
+    progress: Progress,
+) -> tuple[list[Sample], list[Failure]]:
+    samples: list[Sample] = []
+    failures: list[Failure] = []
+    broken: set[tuple[str, str]] = set()
+    steps = plan.steps(runs)
+    with runner.ReceiverProcess() as receiver:
+        for done, (workload, run, row) in enumerate(steps):
+            if (workload.name, row.name) in broken:
+                continue  # it failed in an earlier run: its timeouts would only cost time
+            label = f"{workload.name} run {run}/{runs} {row.name}"
+            progress.show(done, label)
+            try:
+                sample = runner.measure(
+                    row,
+                    workload,
+                    run,
+                    files[workload.name],
+                    receiver,
+                    tls if row.transport == "tls" else None,
+                    cpus,
+                )
+            except runner.MeasurementError as exc:
+                failures.append(Failure(workload.name, row.name, run, str(exc)))
+                broken.add((workload.name, row.name))
+                progress.show(done + 1, f"{label}: FAILED {exc}")
+                continue
+            samples.append(sample)
+            progress.show(done + 1, f"{label}: {_result_text(sample)}")
+    return samples, failures
+
+
+def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    workloads = select_workloads(args)
+    rows = select_rows(args)
+    cpus = pinned_cpus(args)
+    with contextlib.ExitStack() as cleanup:
+        scratch = tempfile.TemporaryDirectory(prefix="aiosendfile-bench-", dir=args.dir)
+        directory = Path(cleanup.enter_context(scratch))
+        tls = make_certificates(directory) if any(r.transport == "tls" for r in rows) else None
+        plan = make_plan(workloads, rows, tls is not None)
+        for note in plan.notes:
+            print(f"note: {note}", file=sys.stderr)
+        files = {}
+        for workload in plan.workloads:
+            files[workload.name] = str(directory / f"{workload.name}.bin")
+            make_file(Path(files[workload.name]), workload.file_size)
+        progress = Progress(len(plan.steps(args.runs)), sys.stderr, not args.no_progress)
+        cleanup.callback(progress.close)
+        samples, failures = measure_all(plan, args.runs, files, tls, cpus, progress)
+    return write_results(args, argv, plan, samples, failures, cpus)
+
+
+def write_results(
+    args: argparse.Namespace,
+    argv: Sequence[str],
+    plan: Plan,
+    samples: Sequence[Sample],
+    failures: Sequence[Failure],
+    cpus: tuple[int, ...],
+) -> int:
+    """Markdown on stdout, and the JSON and the plot where asked; the exit status."""
+    sections = build_sections(plan.workloads, plan.rows, samples)
+    notes = list(plan.notes)
+    cipher = next((s.cipher for s in samples if s.cipher), None)
+    if cipher:
+        notes.append(f"TLS: {cipher}, one decrypting receiver (Python's ssl) for every TLS row.")
+    options = {
+        name: getattr(args, name)
+        for name in ("size", "runs", "requests", "connections", "conn_size", "only", "workloads")
+    }
+    options["cpu"] = cpus[0]
+    result = report.Run(
+        command=shlex.join(["python", "-m", "aiosendfile", "bench", *argv]),
+        options=options,
+        machine=report.machine_info(),
+        sections=sections,
+        verdicts=targets.evaluate(sections),
+        titles={name: row.title for name, row in REGISTRY.items()},
+        failures=failures,
+        notes=notes,
+        pinned_cpus=cpus,
+    )
+    print(report.markdown(result), flush=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps(report.to_json(result), indent=1) + "\n")
+    if args.plot is not None:
+        from .plot import plot  # matplotlib: only when asked
+
+        plot(str(args.plot), sections, dict(result.machine), result.command, cpus)
+    return 1 if failures else 0
+
+
+def build_sections(
+    workloads: Sequence[Workload], plan: dict[str, list[Sender]], samples: Sequence[Sample]
+) -> list[Section]:
+    sections = []
+    for workload in workloads:
+        for transport in ("tcp", "tls"):
+            rows = [r.name for r in plan[workload.name] if r.transport == transport]
+            if rows:
+                refs = senders.REFERENCES[_transport(transport)]
+                sections.append(summarize(workload, _transport(transport), refs, rows, samples))
+    return sections
+
+
+def _transport(name: str) -> Transport:
+    return "tls" if name == "tls" else "tcp"
+
+
+def _rotated(rows: Sequence[Sender], by: int) -> list[Sender]:
+    """The rows, starting `by` places later: no row always runs first (or after another)."""
+    if not rows:
+        return []
+    by %= len(rows)
+    return [*rows[by:], *rows[:by]]
+
+
+def list_rows() -> None:
+    for row in REGISTRY.values():
+        workloads = ", ".join(w for w in WORKLOAD_NAMES if w in row.workloads)
+        print(f"{row.name:<26} {row.transport:<4} {workloads}\n    {row.title}")
+
+
+def _raise_exit(signum: int, frame: Any) -> NoReturn:
+    raise SystemExit(128 + signum)  # SIGTERM: the finally blocks clean up
+
+
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    if args.list:
+        list_rows()
+        return 0
+    resolve_options(args)
+    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
+        parser.error("--plot needs matplotlib: pip install 'aiosendfile[bench]'")
+    signal.signal(signal.SIGTERM, _raise_exit)
+    try:
+        return run_bench(args, argv)
+    except UsageError as exc:
+        parser.error(str(exc))
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130

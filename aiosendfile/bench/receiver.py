@@ -1,0 +1,332 @@
+"""The receiver process: fetches what each measurement asks for, and must not be the bottleneck.
+
+    python -m aiosendfile.bench.receiver
+
+Reads one `workloads.Fetch` per line on stdin and answers one JSON line on
+stdout: the bytes and responses received, the time from the first connect()
+to the last byte, and its own CPU seconds over the same span (so the report
+can show how far the receiver outruns the rows).
+
+- Plain TCP: the bytes are discarded in the kernel, ``recv(..., MSG_TRUNC)``,
+  never copied: a receiver that copies into a 1 MiB user buffer caps near
+  1.3 GB/s on a small VM, below what sendfile(2) does (shared/NOTES.md).
+- TLS: a real, decrypting receiver, the same for every TLS row.  The ssl
+  module decrypts from memory what one 256 KiB recv() brought: an SSLSocket
+  does two read() calls per 16 KiB record, which costs its sender ~30 %.
+- Concurrent connections: two threads, each with its own epoll over half of
+  the connections and SO_RCVLOWAT at 256 KiB, so each wake-up moves a lot.
+  On loopback, much of the *sender's* TCP work runs inside the receiver's
+  system calls (its ACKs push the sender's queued segments), so the receiver
+  may use the core the server leaves idle.
+- Requests: one connection, one request at a time; the first response is
+  read for real and compared with the header and the file, byte for byte.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import select
+import signal
+import socket
+import ssl
+import struct
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from . import measure
+from .workloads import HEADER_SIZE, REQUEST, Fetch, response_header
+
+RECV_CHUNK = 16 << 20  # the most one recv(MSG_TRUNC) may discard: fewer calls
+TLS_READ = 256 << 10  # ciphertext bytes one recv() takes for the TLS receiver
+CONCURRENT_THREADS = 2
+LOW_WATER = 256 << 10  # SO_RCVLOWAT for concurrent connections: fewer, fuller wake-ups
+TLS_SERVER_NAME = "localhost"  # what the orchestrator's certificate is issued for
+
+Result = dict[str, Any]
+
+
+def main() -> int:
+    # Ctrl-C reaches the whole process group: the orchestrator ends us, quietly.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    every_cpu = os.sched_getaffinity(0)
+    buffer = memoryview(bytearray(RECV_CHUNK))
+    tls_contexts: dict[str, ssl.SSLContext] = {}
+    for line in sys.stdin:
+        fetch = Fetch.from_json(line)
+        os.sched_setaffinity(0, fetch.cpus or every_cpu)
+        tls = None
+        if fetch.tls_ca is not None:
+            if fetch.tls_ca not in tls_contexts:
+                tls_contexts[fetch.tls_ca] = ssl.create_default_context(cafile=fetch.tls_ca)
+            tls = tls_contexts[fetch.tls_ca]
+        try:
+            result = run(fetch, buffer, tls)
+        except (OSError, ValueError) as exc:  # ssl.SSLError and TimeoutError are OSErrors
+            reply: Result = {"ok": False, "error": repr(exc)}
+        else:
+            reply = {"ok": True, **result}
+        print(json.dumps(reply), flush=True)
+    return 0
+
+
+def run(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None) -> Result:
+    workload = fetch.workload
+    if workload.kind == "requests":
+        return requests(fetch, buffer, tls)
+    if workload.connections == 1:
+        return stream(fetch, buffer) if tls is None else stream_tls(fetch, buffer, tls)
+    if tls is not None:
+        raise ValueError("the receiver takes concurrent connections over plain TCP only")
+    return concurrent(fetch, buffer)
+
+
+def stream(fetch: Fetch, buffer: memoryview) -> Result:
+    """One connection, discarded in the kernel until EOF."""
+    cpu = measure.cpu_seconds()
+    with _connect(fetch) as (sock, start):
+        received, last = 0, start
+        while True:
+            n = _recv(sock, buffer, len(buffer), socket.MSG_TRUNC, fetch, received)
+            if not n:
+                break
+            received += n
+            last = time.perf_counter_ns()
+    return {
+        "elapsed_ns": last - start,
+        "bytes": received,
+        "responses": 1,
+        "cpu_s": measure.cpu_seconds() - cpu,
+    }
+
+
+def stream_tls(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext) -> Result:
+    """One TLS connection, decrypted for real until close_notify or EOF."""
+    cpu = measure.cpu_seconds()
+    ciphertext, plaintext = buffer[:TLS_READ], buffer[TLS_READ:]
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    session = tls.wrap_bio(incoming, outgoing, server_hostname=TLS_SERVER_NAME)
+    with _connect(fetch) as (sock, start):
+        received, last, cipher = 0, start, None
+        while True:
+            try:
+                if cipher is None:
+                    session.do_handshake()
+                    cipher = _cipher(session)
+                n = _decrypt_into(session, plaintext)
+                if not n:
+                    break  # close_notify
+                received += n
+                last = time.perf_counter_ns()
+                continue
+            except ssl.SSLWantReadError:
+                pass  # OpenSSL needs more ciphertext
+            except ssl.SSLZeroReturnError:
+                break  # close_notify
+            if outgoing.pending:
+                sock.sendall(outgoing.read())  # the handshake's replies
+            got = _recv(sock, ciphertext, len(ciphertext), 0, fetch, received)
+            if not got:
+                break  # the server closed without close_notify: what it sent is all
+            incoming.write(ciphertext[:got])
+    return {
+        "elapsed_ns": last - start,
+        "bytes": received,
+        "responses": 1,
+        "cpu_s": measure.cpu_seconds() - cpu,
+        "cipher": cipher,
+    }
+
+
+def requests(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None) -> Result:
+    """Request/response on one connection: warm-up responses, then the timed ones."""
+    workload = fetch.workload
+    size = workload.response_size
+    with open(fetch.file, "rb") as file:
+        expected = response_header(workload.file_size) + file.read(workload.file_size)
+    if len(expected) != size:
+        raise ValueError(f"{fetch.file} is shorter than {workload.file_size} bytes")
+    with _connect(fetch, tls) as (sock, _):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # requests go at once
+        flags = 0 if tls is not None else socket.MSG_TRUNC
+        for i in range(workload.warmup):
+            sock.sendall(REQUEST)
+            if i == 0:
+                got = _read_exactly(sock, size, fetch)
+                if got != expected:
+                    raise ValueError(
+                        f"the first response differs from header + file (got {len(got)} bytes, "
+                        f"head {got[:HEADER_SIZE]!r})"
+                    )
+            else:
+                _discard(sock, buffer, size, flags, fetch)
+        cpu = measure.cpu_seconds()
+        start = time.perf_counter_ns()
+        for _ in range(workload.requests):
+            sock.sendall(REQUEST)
+            _discard(sock, buffer, size, flags, fetch)
+        elapsed = time.perf_counter_ns() - start
+        cpu = measure.cpu_seconds() - cpu
+    return {
+        "elapsed_ns": elapsed,
+        "bytes": size * (workload.warmup + workload.requests),
+        "responses": workload.warmup + workload.requests,
+        "timed_responses": workload.requests,
+        "cpu_s": cpu,  # over the timed responses only
+    }
+
+
+def concurrent(fetch: Fetch, buffer: memoryview) -> Result:
+    """`connections` downloads at once, each received until EOF, on two epoll threads."""
+    workload = fetch.workload
+    cpu = measure.cpu_seconds()
+    shares = [workload.connections // CONCURRENT_THREADS] * CONCURRENT_THREADS
+    shares[0] += workload.connections % CONCURRENT_THREADS
+    outcomes: list[tuple[int, int] | BaseException] = []
+    start = time.perf_counter_ns()
+    # MSG_TRUNC never writes into `buffer`: the threads may share it.
+    threads = [
+        threading.Thread(target=_download, args=(fetch, share, buffer, outcomes))
+        for share in shares
+        if share
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    failed = [o for o in outcomes if isinstance(o, BaseException)]
+    if failed:
+        raise failed[0]
+    done = [o for o in outcomes if not isinstance(o, BaseException)]
+    return {
+        "elapsed_ns": max(last for _, last in done) - start,
+        "bytes": sum(received for received, _ in done),
+        "responses": workload.connections,
+        "cpu_s": measure.cpu_seconds() - cpu,
+        "threads": len(threads),
+    }
+
+
+def _download(
+    fetch: Fetch,
+    connections: int,
+    buffer: memoryview,
+    outcomes: list[tuple[int, int] | BaseException],
+) -> None:
+    """One thread's share: (bytes, time of the last byte), or its exception, to `outcomes`."""
+    size = fetch.workload.file_size
+    poller = select.epoll()
+    sockets: dict[int, socket.socket] = {}
+    received: dict[int, int] = {}
+    total, last = 0, time.perf_counter_ns()
+    try:
+        for _ in range(connections):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets[sock.fileno()] = sock
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, LOW_WATER)
+            sock.setblocking(False)
+            code = sock.connect_ex(("127.0.0.1", fetch.port))
+            if code not in (0, errno.EINPROGRESS):
+                raise OSError(code, f"connect: {os.strerror(code)}")
+            received[sock.fileno()] = 0
+            poller.register(sock.fileno(), select.EPOLLIN)
+        while received:
+            events = poller.poll(fetch.idle_timeout)
+            if not events:
+                raise TimeoutError(
+                    f"no data for {fetch.idle_timeout:.0f} s; {len(received)} connections open"
+                )
+            for fd, _ in events:
+                try:
+                    # MSG_TRUNC on TCP drops the bytes in the kernel: no copy into `buffer`.
+                    n = sockets[fd].recv_into(buffer, len(buffer), socket.MSG_TRUNC)
+                except BlockingIOError:
+                    continue  # woken for nothing
+                if n:
+                    received[fd] += n
+                    total += n
+                    last = time.perf_counter_ns()
+                    continue
+                if received[fd] != size:
+                    raise ValueError(f"short transfer: {received[fd]} of {size} bytes")
+                poller.unregister(fd)
+                del received[fd]
+        outcomes.append((total, last))
+    except (OSError, ValueError) as exc:
+        outcomes.append(exc)
+    finally:
+        poller.close()
+        for sock in sockets.values():
+            sock.close()
+
+
+# --- helpers ---
+
+
+@contextlib.contextmanager
+def _connect(
+    fetch: Fetch, tls: ssl.SSLContext | None = None
+) -> Iterator[tuple[socket.socket, int]]:
+    """A blocking connection (TLS-wrapped if asked), and the time connect() began."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        # A kernel-side timeout keeps the socket blocking: no poll() before every recv().
+        idle = int(fetch.idle_timeout)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", idle, 0))
+        start = time.perf_counter_ns()
+        sock.connect(("127.0.0.1", fetch.port))
+        if tls is not None:
+            sock = tls.wrap_socket(sock, server_hostname=TLS_SERVER_NAME)
+        yield sock, start
+    finally:
+        sock.close()
+
+
+def _recv(
+    sock: socket.socket, buffer: memoryview, nbytes: int, flags: int, fetch: Fetch, so_far: int
+) -> int:
+    try:
+        return sock.recv_into(buffer, nbytes, flags)
+    except (BlockingIOError, ssl.SSLWantReadError):  # SO_RCVTIMEO expired
+        raise TimeoutError(f"no data for {fetch.idle_timeout:.0f} s after {so_far} bytes") from None
+
+
+def _discard(sock: socket.socket, buffer: memoryview, size: int, flags: int, fetch: Fetch) -> None:
+    """Receives exactly `size` bytes, dropped in the kernel when flags has MSG_TRUNC."""
+    left = size
+    while left:
+        n = _recv(sock, buffer, min(left, len(buffer)), flags, fetch, size - left)
+        if not n:
+            raise ConnectionError(f"EOF after {size - left} of a {size}-byte response")
+        left -= n
+
+
+def _read_exactly(sock: socket.socket, size: int, fetch: Fetch) -> bytes:
+    data = bytearray(size)
+    view = memoryview(data)
+    got = 0
+    while got < size:
+        n = _recv(sock, view[got:], size - got, 0, fetch, got)
+        if not n:
+            raise ConnectionError(f"EOF after {got} of a {size}-byte response")
+        got += n
+    return bytes(data)
+
+
+def _decrypt_into(session: ssl.SSLObject, out: memoryview) -> int:
+    count: Any = session.read(len(out), out)  # with a buffer it returns a count (typeshed: bytes)
+    return int(count)
+
+
+def _cipher(session: ssl.SSLObject) -> str:
+    cipher = session.cipher()
+    return f"{session.version()} {cipher[0]}" if cipher else str(session.version())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

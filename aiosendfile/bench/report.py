@@ -1,0 +1,264 @@
+"""What a run prints and saves: Markdown tables, and the same as JSON for machines.
+
+Every report says where it ran (machine, date, exact command) next to the
+numbers: the numbers mean nothing without it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import importlib.metadata
+import os
+import platform
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import aiosendfile
+
+from .results import MIB, Failure, RowFigures, Section
+from .targets import Verdict
+from .workloads import HEADER_SIZE
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """Everything one run of the bench produced."""
+
+    command: str
+    options: Mapping[str, Any]
+    machine: Mapping[str, Any]
+    sections: Sequence[Section]
+    verdicts: Sequence[Verdict]
+    titles: Mapping[str, str]  # row -> what it does
+    failures: Sequence[Failure]
+    notes: Sequence[str]  # skipped rows and the like
+    pinned_cpus: tuple[int, ...] | None
+
+
+def machine_info() -> dict[str, Any]:
+    """Where the run happens, and when."""
+    return {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpus": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "system": f"{platform.system()} {platform.release()}",
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "uvloop": _version("uvloop"),
+        "aiosendfile": f"{aiosendfile.__version__} ({aiosendfile.CORE} core here)",
+    }
+
+
+def describe_machine(machine: Mapping[str, Any]) -> str:
+    return (
+        f"{machine['cpus']} CPUs ({machine['cpu_model']}), {machine['system']}, "
+        f"{machine['python']}, uvloop {machine['uvloop']}, aiosendfile {machine['aiosendfile']}"
+    )
+
+
+# --- Markdown ---
+
+
+def markdown(run: Run) -> str:
+    lines: list[str] = []
+    for section in run.sections:
+        lines += _section(section, run.pinned_cpus)
+        lines.append("")
+    if run.verdicts:
+        lines.append("Targets (same-run ratios, median over the runs):")
+        lines += [f"- {verdict.describe()}" for verdict in run.verdicts]
+        lines.append("")
+    lines.append("Rows:")
+    shown = [figures for section in run.sections for figures in section.rows]
+    for row in dict.fromkeys(figures.row for figures in shown):
+        paths = sorted({p for f in shown if f.row == row for p in f.paths})
+        taken = f" [{'; '.join(paths)}]" if paths else ""
+        lines.append(f"- `{row}`: {run.titles[row]}{taken}")
+    lines.append("")
+    lines += [
+        f"Machine: {describe_machine(run.machine)}.",
+        f"Date: {run.machine['date']}.",
+        f"Command: `{run.command}`",
+        "",
+        "MB = 10^6 bytes. Times are the receiver's (another process, on 127.0.0.1): from its "
+        "connect() (or its first timed request) to the last byte. Server CPU is the server "
+        "process's user + system time (getrusage) while it served; on loopback it includes TCP "
+        "work the kernel does inside the server's system calls. Peak RSS is the server's VmHWM, "
+        "reset just before the first connection; growth is peak minus the RSS at that moment. "
+        "The x columns are same-run ratios, median over the runs. On loopback much of the TCP "
+        "work of both ends runs in whichever process made the system call that set it off (the "
+        "receiver's ACKs push the server's queued segments), so server CPU alone depends on "
+        "timing; server+receiver CPU does not. The receiver ceiling is what the receiver would "
+        "take with each of its threads at 100 % of a core (its bytes or responses over its CPU "
+        "time per thread; busy = that CPU time over the elapsed time) while the limit row ran.",
+    ]
+    for note in run.notes:
+        lines.append(f"Note: {note}")
+    if run.failures:
+        lines.append("")
+        lines.append("FAILED measurements:")
+        lines += [f"- {f.workload} run {f.run} `{f.row}`: {f.error}" for f in run.failures]
+    return "\n".join(lines)
+
+
+def section_title(section: Section, pinned_cpus: tuple[int, ...] | None = None) -> str:
+    workload = section.workload
+    runs = len({s.run for s in section.samples})
+    over = " over TLS" if section.transport == "tls" else ""
+    if workload.kind == "requests":
+        where = ""
+        if workload.pinned and pinned_cpus:
+            cpus = ",".join(map(str, pinned_cpus))
+            where = f", server and receiver on CPU {cpus}"
+        return (
+            f"Small files{over}: {human_size(workload.file_size)} + a {HEADER_SIZE}-byte header, "
+            f"{workload.requests:,} request/responses on one connection{where}; {runs} runs"
+        )
+    if workload.connections > 1:
+        return (
+            f"Concurrent{over}: {workload.connections} connections downloading "
+            f"{human_size(workload.file_size)} each at once; {runs} runs"
+        )
+    return f"Large file{over}: {human_size(workload.file_size)} on one connection; {runs} runs"
+
+
+def _section(section: Section, pinned_cpus: tuple[int, ...] | None) -> list[str]:
+    workload = section.workload
+    limit, asyncio_ref = section.references
+    requests = workload.kind == "requests"
+    concurrent = workload.connections > 1
+    headers = ["row", workload.unit, "min-max"]
+    if requests:
+        headers.append("MB/s")
+    headers += [f"x {limit}", f"x {asyncio_ref}"]
+    unit = "µs/response" if requests else "s/GiB"
+    headers += [f"server CPU {unit}", f"server+receiver CPU {unit}"]
+    if concurrent:
+        headers.append("RSS growth MiB")
+    headers.append("peak RSS MiB")
+    lines = [f"### {section_title(section, pinned_cpus)}", ""]
+    lines.append("| " + " | ".join(headers) + " |")
+    lines.append("| --- |" + " ---: |" * (len(headers) - 1))
+    for figures in section.rows:
+        cells = [f"`{figures.row}`", _number(figures.value), _spread(figures)]
+        if requests:
+            cells.append(_number(figures.value * workload.response_size / 1e6))
+        cells += [_ratio(figures.vs_limit), _ratio(figures.vs_asyncio)]
+        digits = 1 if requests else 2
+        cells.append(f"{figures.cpu:.{digits}f}")
+        cells.append(f"{figures.cpu + figures.receiver_cpu:.{digits}f}")
+        if concurrent:
+            cells.append(_mib(figures.rss_growth))
+        cells.append(_mib(figures.rss_peak))
+        lines.append("| " + " | ".join(cells) + " |")
+    if section.receiver_ceiling is not None:
+        ref = section.row(limit)
+        threads = f" ({section.receiver_threads} threads)" if section.receiver_threads > 1 else ""
+        cells = [f"receiver ceiling{threads}", _number(section.receiver_ceiling), ""]
+        if requests:
+            cells.append("")
+        cells += [_ratio(section.receiver_ceiling / ref.value if ref else None), ""]
+        busy = section.receiver_busy
+        cells += ["", f"busy {busy:.0%}" if busy is not None else ""]
+        cells += [""] * (len(headers) - len(cells))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _spread(figures: RowFigures) -> str:
+    return f"{figures.low:,.0f}-{figures.high:,.0f}"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _mib(value: int | None) -> str:
+    return "-" if value is None else f"{value / MIB:.1f}"
+
+
+def human_size(size: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift:
+            return f"{size / (1 << shift):.3g} {unit}"
+    return f"{size} bytes"
+
+
+# --- JSON ---
+
+
+def to_json(run: Run) -> dict[str, Any]:
+    return {
+        "command": run.command,
+        "options": dict(run.options),
+        "machine": dict(run.machine),
+        "sections": [_section_json(section, run.pinned_cpus) for section in run.sections],
+        "targets": [
+            {
+                "target": verdict.target.describe(),
+                **dataclasses.asdict(verdict.target),
+                "measured": verdict.measured,
+                "met": verdict.met,
+            }
+            for verdict in run.verdicts
+        ],
+        "rows": dict(run.titles),
+        "failures": [dataclasses.asdict(failure) for failure in run.failures],
+        "notes": list(run.notes),
+    }
+
+
+def _section_json(section: Section, pinned_cpus: tuple[int, ...] | None) -> dict[str, Any]:
+    return {
+        "title": section_title(section, pinned_cpus),
+        "workload": section.workload.to_dict(),
+        "transport": section.transport,
+        "unit": section.workload.unit,
+        "cpu_unit": "us/response" if section.workload.kind == "requests" else "s/GiB",
+        "references": list(section.references),
+        "receiver_ceiling": section.receiver_ceiling,
+        "receiver_busy": section.receiver_busy,
+        "receiver_threads": section.receiver_threads,
+        "rows": [
+            {
+                "row": figures.row,
+                "median": figures.value,
+                "min": figures.low,
+                "max": figures.high,
+                "vs_limit": figures.vs_limit,
+                "vs_asyncio": figures.vs_asyncio,
+                "cpu": figures.cpu,
+                "receiver_cpu": figures.receiver_cpu,
+                "rss_peak": figures.rss_peak,
+                "rss_growth": figures.rss_growth,
+                "paths": list(figures.paths),
+                "samples": [sample.to_dict() for sample in figures.samples],
+            }
+            for figures in section.rows
+        ],
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"

@@ -1,0 +1,197 @@
+"""The numbers: one Sample per measurement, and per row the figures a table shows.
+
+Single transfers on a small VM swing 2-4x from one repetition to the next
+(shared/NOTES.md), so every comparison is a *same-run* ratio: the row's value
+over the reference row's value in the same run, median over the runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Callable, Sequence
+
+from .workloads import Transport, Workload
+
+GIB = 1 << 30
+MIB = 1 << 20
+MB = 1_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """One measurement: a row serving a workload once, as both processes saw it."""
+
+    workload: Workload
+    transport: Transport
+    row: str
+    run: int
+    elapsed_s: float  # receiver: first connect() (or first timed request) to the last byte
+    timed_bytes: int  # bytes on the wire in that time
+    timed_responses: int
+    server_cpu_s: float  # user + system of the server process while it served
+    server_responses: int  # everything it answered, warm-up included
+    server_file_bytes: int
+    rss_base: int | None  # server RSS before the first connection (None: unknown)
+    rss_peak: int  # server peak RSS while it served
+    receiver_cpu_s: float  # over the timed span
+    receiver_threads: int  # threads that shared the receiving
+    paths: tuple[str, ...] = ()  # the path aiosendfile took, for its rows
+    cipher: str | None = None
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.timed_bytes / MB / self.elapsed_s
+
+    @property
+    def value(self) -> float:
+        """The workload's figure: responses/s for requests workloads, else MB/s."""
+        if self.workload.kind == "requests":
+            return self.timed_responses / self.elapsed_s
+        return self.mb_per_s
+
+    @property
+    def cpu(self) -> float:
+        """Server CPU: seconds per GiB of file, or microseconds per response."""
+        if self.workload.kind == "requests":
+            return self.server_cpu_s / self.server_responses * 1e6
+        return self.server_cpu_s * GIB / self.server_file_bytes
+
+    @property
+    def receiver_cpu(self) -> float:
+        """Receiver CPU in the unit of `cpu`.
+
+        On loopback much of the TCP work of *both* ends runs in whichever process
+        made the system call that triggered it, so cpu + receiver_cpu is the
+        figure that does not depend on that accident.
+        """
+        if self.workload.kind == "requests":
+            return self.receiver_cpu_s / self.timed_responses * 1e6
+        return self.receiver_cpu_s * GIB / self.timed_bytes
+
+    @property
+    def rss_growth(self) -> int | None:
+        return None if self.rss_base is None else max(0, self.rss_peak - self.rss_base)
+
+    @property
+    def receiver_ceiling(self) -> float:
+        """What the receiver would take with each of its threads at 100 % of a core."""
+        cpu = max(self.receiver_cpu_s, 1e-6) / self.receiver_threads
+        if self.workload.kind == "requests":
+            return self.timed_responses / cpu
+        return self.timed_bytes / MB / cpu
+
+    @property
+    def receiver_busy(self) -> float:
+        """How much of its threads' time the receiver spent on the CPU, 0 to 1."""
+        return self.receiver_cpu_s / self.elapsed_s / self.receiver_threads
+
+    def to_dict(self) -> dict[str, object]:
+        data = dataclasses.asdict(self)
+        data["workload"] = self.workload.name
+        data["paths"] = list(self.paths)
+        data.update(value=self.value, mb_per_s=self.mb_per_s, cpu=self.cpu)
+        data.update(receiver_cpu=self.receiver_cpu)
+        data.update(rss_growth=self.rss_growth, receiver_ceiling=self.receiver_ceiling)
+        data.update(receiver_busy=self.receiver_busy)
+        return data
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    workload: str
+    row: str
+    run: int
+    error: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RowFigures:
+    """One row of one table."""
+
+    row: str
+    samples: tuple[Sample, ...]
+    value: float  # median
+    low: float
+    high: float
+    cpu: float  # median
+    receiver_cpu: float  # median, in the same unit
+    rss_peak: int  # the largest of the runs
+    rss_growth: int | None
+    vs_limit: float | None  # same-run ratios, median
+    vs_asyncio: float | None
+    paths: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """One table: a workload over one transport."""
+
+    workload: Workload
+    transport: Transport
+    references: tuple[str, str]  # (the limit row, asyncio's loop.sendfile row)
+    rows: tuple[RowFigures, ...]
+    receiver_ceiling: float | None  # median, at the limit row's pace where it ran
+    receiver_busy: float | None  # receiver CPU / (elapsed x threads) in the limit row, median
+    receiver_threads: int
+    samples: tuple[Sample, ...]
+
+    def row(self, name: str) -> RowFigures | None:
+        return next((figures for figures in self.rows if figures.row == name), None)
+
+    def ratio(self, row: str, ref: str, metric: Callable[[Sample], float]) -> float | None:
+        """Median over runs of metric(row) / metric(ref) in the same run; None if never both."""
+        return same_run_ratio(self.samples, row, ref, metric)
+
+
+def same_run_ratio(
+    samples: Sequence[Sample], row: str, ref: str, metric: Callable[[Sample], float]
+) -> float | None:
+    ours = {s.run: metric(s) for s in samples if s.row == row}
+    theirs = {s.run: metric(s) for s in samples if s.row == ref}
+    ratios = [ours[run] / theirs[run] for run in ours if theirs.get(run)]
+    return statistics.median(ratios) if ratios else None
+
+
+def summarize(
+    workload: Workload,
+    transport: Transport,
+    references: tuple[str, str],
+    rows: Sequence[str],
+    samples: Sequence[Sample],
+) -> Section:
+    """The figures of one table, rows in the order given."""
+    mine = tuple(s for s in samples if s.workload == workload and s.transport == transport)
+    figures = []
+    for row in rows:
+        of_row = tuple(s for s in mine if s.row == row)
+        if not of_row:
+            continue
+        values = [s.value for s in of_row]
+        growths = [g for g in (s.rss_growth for s in of_row) if g is not None]
+        figures.append(
+            RowFigures(
+                row=row,
+                samples=of_row,
+                value=statistics.median(values),
+                low=min(values),
+                high=max(values),
+                cpu=statistics.median(s.cpu for s in of_row),
+                receiver_cpu=statistics.median(s.receiver_cpu for s in of_row),
+                rss_peak=max(s.rss_peak for s in of_row),
+                rss_growth=max(growths) if growths else None,
+                vs_limit=same_run_ratio(mine, row, references[0], _value),
+                vs_asyncio=same_run_ratio(mine, row, references[1], _value),
+                paths=tuple(sorted({p for s in of_row for p in s.paths})),
+            )
+        )
+    # The receiver's ceiling matters at the fastest sender's pace: the limit row's.
+    paced = [s for s in mine if s.row == references[0]] or list(mine)
+    ceiling = statistics.median(s.receiver_ceiling for s in paced) if paced else None
+    busy = statistics.median(s.receiver_busy for s in paced) if paced else None
+    threads = max((s.receiver_threads for s in paced), default=1)
+    return Section(workload, transport, references, tuple(figures), ceiling, busy, threads, mine)
+
+
+def _value(sample: Sample) -> float:
+    return sample.value

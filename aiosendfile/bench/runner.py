@@ -1,0 +1,247 @@
+"""One measurement, seen from the orchestrator: a server process, the receiver, a Sample.
+
+Every wait is bounded; a server process that outlives its measurement, for
+whatever reason, is killed on the way out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from typing import IO, Any
+
+from .results import Sample
+from .senders import Sender
+from .workloads import Fetch, Job, Workload
+
+READY_TIMEOUT = 30.0  # seconds for a server process to start and listen
+DONE_TIMEOUT = 30.0  # seconds for it to report once the receiver is done
+IDLE_TIMEOUT = 30.0  # seconds without a byte before the receiver gives up
+
+
+class MeasurementError(Exception):
+    """One measurement failed: the row's, the receiver's or a process's fault."""
+
+
+class _Lines:
+    """Lines from a child's stdout pipe, each waited for with a timeout.
+
+    Unbuffered reads: a buffered reader could hold a second line that select()
+    then never reports.
+    """
+
+    def __init__(self, pipe: IO[bytes], who: str) -> None:
+        self._fd = pipe.fileno()
+        self._who = who
+        self._buffer = b""
+
+    def next(self, timeout: float) -> str | None:
+        """The next line; None at EOF; MeasurementError after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self._fd], [], [], max(0.0, left))
+            if not ready:
+                raise MeasurementError(f"no answer from the {self._who} within {timeout:.0f} s")
+            chunk = os.read(self._fd, 65536)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode()
+
+
+class ServerProcess:
+    """`python -m aiosendfile.bench.server JOB`: one row serving one workload."""
+
+    def __init__(self, job: Job, env: Mapping[str, str | None]) -> None:
+        environ = dict(os.environ)
+        for name, value in env.items():
+            if value is None:
+                environ.pop(name, None)
+            else:
+                environ[name] = value
+        # A file, not a pipe: a server that logs a lot cannot block on a full pipe.
+        self._stderr = tempfile.TemporaryFile()
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "aiosendfile.bench.server", job.to_json()],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=environ,
+        )
+        assert self._process.stdout is not None
+        self._lines = _Lines(self._process.stdout, "server")
+
+    def message(self, event: str, timeout: float) -> dict[str, Any]:
+        line = self._lines.next(timeout)
+        if line is None:
+            status = self._process.wait(timeout=5)
+            raise MeasurementError(f"the server exited ({_status(status)}){self.stderr_tail()}")
+        message: dict[str, Any] = json.loads(line)
+        if message.get("event") != event:
+            raise MeasurementError(f"the server said {line!r}, expected {event!r}")
+        return message
+
+    def stderr_tail(self) -> str:
+        self._stderr.seek(0, os.SEEK_END)
+        self._stderr.seek(max(0, self._stderr.tell() - 1500))
+        tail = self._stderr.read().decode(errors="replace").strip()
+        return f"; its stderr ends: {tail[-1500:]}" if tail else ""
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            self._process.kill()  # an unfinished measurement: nothing left worth waiting for
+        self._process.wait()
+        assert self._process.stdout is not None
+        self._process.stdout.close()
+        self._stderr.close()
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class ReceiverProcess:
+    """`python -m aiosendfile.bench.receiver`, started on first use, restarted after a failure."""
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen[bytes] | None = None
+        self._lines: _Lines | None = None
+
+    def fetch(self, fetch: Fetch, timeout: float) -> dict[str, Any]:
+        process, lines = self._start()
+        assert process.stdin is not None
+        try:
+            process.stdin.write(fetch.to_json().encode() + b"\n")
+            process.stdin.flush()
+            line = lines.next(timeout)
+        except (MeasurementError, OSError):
+            self.close()  # stuck or gone: a fresh one for the next measurement
+            raise
+        if line is None:
+            self.close()
+            raise MeasurementError("the receiver exited")
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def _start(self) -> tuple[subprocess.Popen[bytes], _Lines]:
+        if self._process is None or self._lines is None:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "aiosendfile.bench.receiver"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+            )
+            assert self._process.stdout is not None
+            self._lines = _Lines(self._process.stdout, "receiver")
+        return self._process, self._lines
+
+    def close(self) -> None:
+        process, self._process, self._lines = self._process, None, None
+        if process is None:
+            return
+        assert process.stdin is not None and process.stdout is not None
+        with contextlib.suppress(OSError):
+            process.stdin.close()  # EOF ends its loop
+        try:
+            process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            process.kill()  # stuck in a recv(): nothing left worth waiting for
+            process.wait()
+        process.stdout.close()
+
+    def __enter__(self) -> ReceiverProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def budget(workload: Workload) -> float:
+    """Seconds one measurement may take: generous, only there so nothing can hang."""
+    wire = workload.response_size * workload.responses
+    return 30 + wire / 20e6 + workload.responses * 0.005
+
+
+def measure(
+    sender: Sender,
+    workload: Workload,
+    run: int,
+    file: str,
+    receiver: ReceiverProcess,
+    tls: tuple[str, str, str] | None = None,
+    cpus: tuple[int, ...] | None = None,
+) -> Sample:
+    """Runs `sender` on `workload` once; `tls` is (certificate chain, key, CA) PEM paths."""
+    seconds = budget(workload)
+    pinned = cpus if workload.pinned else None
+    job = Job(
+        row=sender.name,
+        workload=workload,
+        file=file,
+        timeout=seconds + DONE_TIMEOUT,
+        tls_cert=tls[0] if tls else None,
+        tls_key=tls[1] if tls else None,
+        cpus=pinned,
+    )
+    with ServerProcess(job, sender.env) as server:
+        port = server.message("ready", READY_TIMEOUT)["port"]
+        fetch = Fetch(
+            port=port,
+            workload=workload,
+            file=file,
+            idle_timeout=IDLE_TIMEOUT,
+            tls_ca=tls[2] if tls else None,
+            cpus=pinned,
+        )
+        got = receiver.fetch(fetch, seconds)
+        if not got["ok"]:
+            raise MeasurementError(f"the receiver failed: {got['error']}{server.stderr_tail()}")
+        done = server.message("done", DONE_TIMEOUT)
+    if done["errors"]:
+        raise MeasurementError(f"the row failed: {'; '.join(done['errors'])}")
+    responses = workload.responses
+    if done["responses"] != responses or done["file_bytes"] != responses * workload.file_size:
+        raise MeasurementError(
+            f"the server answered {done['responses']} of {responses} responses with "
+            f"{done['file_bytes']} file bytes, expected {responses * workload.file_size}"
+        )
+    if got["bytes"] != responses * workload.response_size:
+        raise MeasurementError(
+            f"short transfer: received {got['bytes']} of {responses * workload.response_size} bytes"
+        )
+    timed = workload.requests if workload.kind == "requests" else responses
+    return Sample(
+        workload=workload,
+        transport=sender.transport,
+        row=sender.name,
+        run=run,
+        elapsed_s=got["elapsed_ns"] / 1e9,
+        timed_bytes=timed * workload.response_size,
+        timed_responses=timed,
+        server_cpu_s=done["cpu_s"],
+        server_responses=done["responses"],
+        server_file_bytes=done["file_bytes"],
+        rss_base=done["rss_base"],
+        rss_peak=done["rss_peak"],
+        receiver_cpu_s=got["cpu_s"],
+        receiver_threads=got.get("threads", 1),
+        paths=tuple(done["paths"]),
+        cipher=got.get("cipher"),
+    )
+
+
+def _status(status: int) -> str:
+    if status < 0:
+        return f"killed by {signal.Signals(-status).name}"
+    return f"status {status}"

@@ -1,0 +1,343 @@
+"""The rows of the benchmark: what users would send a file with, one class each.
+
+The sender interface
+====================
+
+A row is a `Sender` subclass decorated with `@register`.  Each measurement of
+a row runs in a server process of its own (`aiosendfile.bench.server`), which
+builds a `serving.Context` (the job, a listening socket on 127.0.0.1, the open
+file, the TLS context) and calls the row's `serve(ctx)`.  Class attributes:
+
+``name``
+    The row's id in ``--only``, the tables and the JSON (``"aiosendfile-uvloop"``).
+``title``
+    One line for the legend: what the row does.
+``transport``
+    ``"tcp"`` or ``"tls"``.  It picks the receiver (kernel discard, or real
+    decryption) and the rows it is compared with (`REFERENCES`).
+``workloads``
+    Names of the workloads the row serves (`workloads.Workload.name`).
+``requires``
+    Modules the row needs; where one is missing, the row is skipped with a note.
+``env``
+    Changes to the server process's environment (``None`` removes a variable).
+
+``serve(ctx)`` serves ``ctx.job`` in the server process: it calls
+``ctx.ready()`` exactly once, when it accepts connections (the measurement of
+CPU and memory starts there), answers ``ctx.workload.connections`` connections
+by the wire protocol of `workloads.py`, calls ``ctx.count(file_bytes)`` per
+response or transfer, ``ctx.error(exc)`` per failure, and returns.
+
+Most rows only say how one response goes, and inherit serve():
+
+- `ThreadSender.respond(conn, file, size, header)`: a blocking socket, in a
+  thread of its own per connection;
+- `AsyncSender.respond(writer, file, size, header)`: an `asyncio.StreamWriter`
+  from ``asyncio.start_server`` on the row's ``loop`` (``"asyncio"`` or ``"uvloop"``).
+
+Both return the file bytes sent; ``header`` is ``b""`` in stream workloads and
+the 100-byte response head in requests workloads, sent right before the file.
+
+A row with a server of its own (aiohttp's ``FileResponse``, an FTP server)
+overrides ``serve(ctx)``: it serves on ``ctx.listener`` (``ctx.ssl`` for TLS)
+and keeps to the same protocol.  A row that needs another protocol (a real
+HTTP client, FTP commands) adds a mode to the receiver as well.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import os
+import socket
+from collections.abc import Mapping
+from typing import BinaryIO, ClassVar, TypeVar
+
+import aiosendfile
+
+from . import serving
+from .workloads import Transport
+
+PLAIN_WORKLOADS = frozenset({"large", "small-4k", "small-64k", "concurrent"})
+LARGE_ONLY = frozenset({"large"})
+SMALL_ONLY = frozenset({"small-4k", "small-64k"})
+CHUNK = 256 * 1024  # the buffered code's read size (aiohttp's FileResponse chunk)
+NO_EXTENSIONS = "AIOSENDFILE_NO_EXTENSIONS"  # forces aiosendfile's pure-Python core
+
+# The rows every other row of the same transport is compared with: the machine's
+# limit, and what asyncio itself offers.
+REFERENCES: Mapping[Transport, tuple[str, str]] = {
+    "tcp": ("limit", "loop.sendfile"),
+    "tls": ("tls-thread", "tls-loop.sendfile"),
+}
+
+
+class Sender(abc.ABC):
+    """One row of the benchmark (see the module docstring)."""
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    transport: ClassVar[Transport] = "tcp"
+    workloads: ClassVar[frozenset[str]] = PLAIN_WORKLOADS
+    requires: ClassVar[tuple[str, ...]] = ()
+    env: ClassVar[Mapping[str, str | None]] = {}
+
+    @abc.abstractmethod
+    def serve(self, ctx: serving.Context) -> None:
+        """Serves ctx.job in the server process; returns when its connections are done."""
+
+
+class ThreadSender(Sender):
+    """A row that answers each connection from a blocking socket in its own thread."""
+
+    def serve(self, ctx: serving.Context) -> None:
+        serving.serve_threads(ctx, self.respond)
+
+    @abc.abstractmethod
+    def respond(self, conn: socket.socket, file: BinaryIO, size: int, header: bytes) -> int:
+        """Sends header + the file's first `size` bytes down `conn`; returns file bytes sent."""
+
+
+class AsyncSender(Sender):
+    """A row that answers from an asyncio.start_server handler on `loop`."""
+
+    loop: ClassVar[str] = "asyncio"
+
+    def serve(self, ctx: serving.Context) -> None:
+        serving.run_on_loop(self.loop, lambda: serving.serve_asyncio(ctx, self.respond, self.path))
+
+    @abc.abstractmethod
+    async def respond(
+        self, writer: asyncio.StreamWriter, file: BinaryIO, size: int, header: bytes
+    ) -> int:
+        """Sends header + the file's first `size` bytes down `writer`; returns file bytes sent."""
+
+    def path(self, writer: asyncio.StreamWriter, file: BinaryIO) -> str | None:
+        """Which path the row's sends take on this writer, when the row can tell."""
+        return None
+
+
+REGISTRY: dict[str, Sender] = {}
+
+S = TypeVar("S", bound=type[Sender])
+
+
+def register(cls: S) -> S:
+    """Class decorator: adds a row, in the order rows are listed and run."""
+    if cls.name in REGISTRY:
+        raise ValueError(f"row {cls.name!r} is registered twice")
+    REGISTRY[cls.name] = cls()
+    return cls
+
+
+# --- plain TCP ---
+
+
+@register
+class Limit(ThreadSender):
+    name = "limit"
+    title = (
+        "a blocking socket.sendfile() in a plain thread: what the kernel can do "
+        "(small files: send(header, MSG_MORE) + os.sendfile())"
+    )
+
+    def respond(self, conn: socket.socket, file: BinaryIO, size: int, header: bytes) -> int:
+        if not header:
+            return conn.sendfile(file, 0, size)
+        # C-speed-ish per response: the header waits (MSG_MORE) to share a segment with the file.
+        view = memoryview(header)
+        while view:
+            view = view[conn.send(view, socket.MSG_MORE) :]
+        out, in_, sent = conn.fileno(), file.fileno(), 0
+        while sent < size:
+            n = os.sendfile(out, in_, sent, size - sent)
+            if n == 0:
+                break  # the file is shorter than `size`
+            sent += n
+        return sent
+
+
+class AiosendfileRow(AsyncSender):
+    # The C core, whatever the orchestrator's environment says.
+    env: ClassVar[Mapping[str, str | None]] = {NO_EXTENSIONS: None}
+
+    async def respond(
+        self, writer: asyncio.StreamWriter, file: BinaryIO, size: int, header: bytes
+    ) -> int:
+        return await aiosendfile.send(writer, file, 0, size, headers=header or None)
+
+    def path(self, writer: asyncio.StreamWriter, file: BinaryIO) -> str | None:
+        choice = aiosendfile.which_path(writer, file)
+        return f"{choice.path}: {choice.reason}"
+
+
+@register
+class AiosendfileAsyncio(AiosendfileRow):
+    name = "aiosendfile-asyncio"
+    title = "await aiosendfile.send(writer, file, headers=...) on the stock asyncio loop"
+
+
+@register
+class AiosendfileUvloop(AiosendfileRow):
+    name = "aiosendfile-uvloop"
+    title = "await aiosendfile.send(writer, file, headers=...) on uvloop"
+    loop = "uvloop"
+    requires = ("uvloop",)
+
+
+@register
+class AiosendfilePy(AiosendfileRow):
+    name = "aiosendfile-asyncio-py"
+    title = "aiosendfile.send() on asyncio with its pure-Python core (AIOSENDFILE_NO_EXTENSIONS=1)"
+    env: ClassVar[Mapping[str, str | None]] = {NO_EXTENSIONS: "1"}
+
+
+@register
+class LoopSendfile(AsyncSender):
+    name = "loop.sendfile"
+    title = "writer.write(header) + await loop.sendfile(transport, file) on the stock asyncio loop"
+
+    async def respond(
+        self, writer: asyncio.StreamWriter, file: BinaryIO, size: int, header: bytes
+    ) -> int:
+        if header:
+            writer.write(header)
+        # uvloop has no loop.sendfile() (uvloop#228): this row is asyncio's only.
+        return await asyncio.get_running_loop().sendfile(writer.transport, file, 0, size)
+
+
+class BufferedRow(AsyncSender):
+    """The usual code, aiohttp's on uvloop: 256 KiB read in a thread, write, drain."""
+
+    async def respond(
+        self, writer: asyncio.StreamWriter, file: BinaryIO, size: int, header: bytes
+    ) -> int:
+        loop = asyncio.get_running_loop()
+        if header:
+            writer.write(header)
+        fd, sent = file.fileno(), 0
+        while sent < size:
+            # pread: positional, as the connections share one file object.
+            chunk = await loop.run_in_executor(None, os.pread, fd, min(CHUNK, size - sent), sent)
+            if not chunk:
+                break
+            writer.write(chunk)
+            await writer.drain()
+            sent += len(chunk)
+        return sent
+
+
+@register
+class BufferedAsyncio(BufferedRow):
+    name = "buffered-asyncio"
+    title = "256 KiB chunks read in a thread, writer.write() + drain(), on asyncio"
+
+
+@register
+class BufferedUvloop(BufferedRow):
+    name = "buffered-uvloop"
+    title = "256 KiB chunks read in a thread, writer.write() + drain(), on uvloop (aiohttp's path)"
+    loop = "uvloop"
+    requires = ("uvloop",)
+
+
+class MemoryRow(AsyncSender):
+    """The loop's own floor for small files: no file at all, one write of ready bytes.
+
+    Not a way to send a file: what no code can beat on the same loop, so the
+    small-file tables say how much of a row's cost is the loop's.
+    """
+
+    workloads = SMALL_ONLY
+
+    def __init__(self) -> None:
+        self._responses: dict[tuple[int, int, bytes], bytes] = {}
+
+    async def respond(
+        self, writer: asyncio.StreamWriter, file: BinaryIO, size: int, header: bytes
+    ) -> int:
+        key = (file.fileno(), size, header)
+        response = self._responses.get(key)
+        if response is None:  # once per server: read in before the first response
+            response = self._responses[key] = header + os.pread(file.fileno(), size, 0)
+        writer.write(response)
+        return len(response) - len(header)
+
+
+@register
+class MemoryAsyncio(MemoryRow):
+    name = "memory-asyncio"
+    title = (
+        "the stock asyncio loop's floor: header + file already in memory, one writer.write() "
+        "per response (small files only)"
+    )
+
+
+@register
+class MemoryUvloop(MemoryRow):
+    name = "memory-uvloop"
+    title = (
+        "uvloop's floor: header + file already in memory, one writer.write() per response "
+        "(small files only)"
+    )
+    loop = "uvloop"
+    requires = ("uvloop",)
+
+
+# --- TLS: one decrypting receiver for every row ---
+
+
+@register
+class TlsThread(ThreadSender):
+    name = "tls-thread"
+    title = "a blocking ssl socket in a plain thread: 256 KiB preads + sendall() (TLS's limit)"
+    transport = "tls"
+    workloads = LARGE_ONLY
+
+    def respond(self, conn: socket.socket, file: BinaryIO, size: int, header: bytes) -> int:
+        if header:
+            conn.sendall(header)
+        fd, sent = file.fileno(), 0
+        while sent < size:
+            chunk = os.pread(fd, min(CHUNK, size - sent), sent)
+            if not chunk:
+                break
+            conn.sendall(chunk)
+            sent += len(chunk)
+        return sent
+
+
+@register
+class TlsAiosendfileAsyncio(AiosendfileAsyncio):
+    name = "tls-aiosendfile-asyncio"
+    transport = "tls"
+    workloads = LARGE_ONLY
+
+
+@register
+class TlsAiosendfileUvloop(AiosendfileUvloop):
+    name = "tls-aiosendfile-uvloop"
+    transport = "tls"
+    workloads = LARGE_ONLY
+
+
+@register
+class TlsLoopSendfile(LoopSendfile):
+    name = "tls-loop.sendfile"
+    title = "await loop.sendfile(transport, file) on asyncio: its buffered fallback (16 KiB reads)"
+    transport = "tls"
+    workloads = LARGE_ONLY
+
+
+@register
+class TlsBufferedAsyncio(BufferedAsyncio):
+    name = "tls-buffered-asyncio"
+    transport = "tls"
+    workloads = LARGE_ONLY
+
+
+@register
+class TlsBufferedUvloop(BufferedUvloop):
+    name = "tls-buffered-uvloop"
+    transport = "tls"
+    workloads = LARGE_ONLY

@@ -1,0 +1,241 @@
+"""How a row serves its connections: a thread per connection, or an asyncio server.
+
+Both speak the wire protocol of workloads.py and do the bookkeeping every row
+shares (reading requests, counting responses and bytes, noting errors,
+finishing after the job's connections), so that a row only says how it sends
+one response.  Runs in the server process only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import ssl
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import IO, Any, BinaryIO
+
+from . import measure
+from .workloads import REQUEST, Job, response_header
+
+# respond(connection, file, file_size, header) -> file bytes sent
+BlockingRespond = Callable[[socket.socket, BinaryIO, int, bytes], int]
+AsyncRespond = Callable[[asyncio.StreamWriter, BinaryIO, int, bytes], Awaitable[int]]
+# Which path a response took ("zerocopy: sendfile(2), c core"), or None if the row can't tell.
+PathOf = Callable[[asyncio.StreamWriter, BinaryIO], "str | None"]
+
+
+class Context:
+    """One server process: its job, its listening socket, and what it counted."""
+
+    def __init__(self, job: Job, out: IO[str] = sys.stdout) -> None:
+        self.job = job
+        self.workload = job.workload
+        self._out = out
+        self.ssl: ssl.SSLContext | None = None
+        if job.tls_cert is not None:
+            self.ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            self.ssl.load_cert_chain(job.tls_cert, job.tls_key)
+        # Every connection arrives at once in the concurrent workload: no SYN may wait.
+        self.backlog = max(128, 2 * self.workload.connections)
+        self.listener = _listen(self.backlog)
+        # One open file for every connection, as a server with an fd cache keeps it;
+        # every row sends with explicit offsets, so the connections never share a position.
+        self.file: BinaryIO = open(job.file, "rb")  # closed by close()
+        self.header = response_header(self.workload.file_size)
+        self.deadline = time.monotonic() + job.timeout
+        self.responses = 0
+        self.file_bytes = 0
+        self.connections_done = 0
+        self.errors: list[str] = []
+        self.paths: set[str] = set()
+        self._lock = threading.Lock()  # the thread rows count from many threads
+        self._ready_at: tuple[float, int | None] | None = None
+
+    def ready(self) -> None:
+        """Call once, when accepting: starts the measurement and tells the orchestrator."""
+        if self._ready_at is not None:
+            raise RuntimeError("ready() called twice")
+        # The baseline is what the server holds before the first connection; the peak
+        # counts from here (VmHWM reset), so "growth" is what serving the job took.
+        rss = measure.rss_bytes()
+        if not measure.reset_peak_rss():
+            rss = None  # the peak would count from the process's start: no honest growth
+        self._ready_at = (measure.cpu_seconds(), rss)
+        self._emit({"event": "ready", "port": self.listener.getsockname()[1]})
+
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def count(self, file_bytes: int) -> None:
+        with self._lock:
+            self.responses += 1
+            self.file_bytes += file_bytes
+
+    def error(self, exc: BaseException) -> None:
+        with self._lock:
+            if len(self.errors) < 10:  # the first few say enough
+                self.errors.append(repr(exc))
+
+    def report(self) -> None:
+        """The measurement: CPU and memory since ready(), and what was served."""
+        if self._ready_at is None:
+            raise RuntimeError("the row never called ready()")
+        cpu_at_ready, rss_at_ready = self._ready_at
+        self._emit(
+            {
+                "event": "done",
+                "cpu_s": measure.cpu_seconds() - cpu_at_ready,
+                "rss_base": rss_at_ready,
+                "rss_peak": measure.peak_rss_bytes(),
+                "responses": self.responses,
+                "file_bytes": self.file_bytes,
+                "errors": self.errors,
+                "paths": sorted(self.paths),
+            }
+        )
+
+    def close(self) -> None:
+        self.listener.close()
+        self.file.close()
+
+    def _emit(self, message: dict[str, Any]) -> None:
+        self._out.write(json.dumps(message) + "\n")
+        self._out.flush()
+
+
+def _listen(backlog: int) -> socket.socket:
+    """A TCP listener on 127.0.0.1, made the way asyncio.start_server(host, port) makes it.
+
+    proto must be IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets whose
+    proto says TCP, and socket.create_server() leaves it 0 - its connections
+    would then run with Nagle on, 40 ms per small response behind a header.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(backlog)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+# --- a thread per connection ---
+
+
+def serve_threads(ctx: Context, respond: BlockingRespond) -> None:
+    """Accepts the job's connections, each served by `respond` in a thread of its own."""
+    ctx.ready()
+    threads = []
+    for _ in range(ctx.workload.connections):
+        ctx.listener.settimeout(ctx.remaining())
+        conn, _ = ctx.listener.accept()
+        conn.settimeout(None)  # blocking, as the accepted socket inherits the timeout
+        thread = threading.Thread(target=_serve_connection, args=(ctx, conn, respond), daemon=True)
+        thread.start()
+        threads.append(thread)
+    for thread in threads:
+        thread.join(ctx.remaining())
+        if thread.is_alive():
+            raise TimeoutError("a connection was still being served at the deadline")
+
+
+def _serve_connection(ctx: Context, conn: socket.socket, respond: BlockingRespond) -> None:
+    try:
+        # asyncio and uvloop set TCP_NODELAY on every TCP transport: so do we.
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ctx.ssl is not None:
+            conn = ctx.ssl.wrap_socket(conn, server_side=True)
+        with conn:
+            if ctx.workload.kind == "stream":
+                ctx.count(respond(conn, ctx.file, ctx.workload.file_size, b""))
+                return
+            while _read_request(conn):
+                ctx.count(respond(conn, ctx.file, ctx.workload.file_size, ctx.header))
+    except Exception as exc:  # the row's failure is the measurement's result
+        ctx.error(exc)
+
+
+def _read_request(conn: socket.socket) -> bool:
+    """Reads one REQUEST; False at EOF between requests (the receiver is done)."""
+    got = conn.recv(len(REQUEST))
+    while got and len(got) < len(REQUEST):
+        more = conn.recv(len(REQUEST) - len(got))
+        if not more:
+            break
+        got += more
+    if not got:
+        return False
+    if got != REQUEST:
+        raise ValueError(f"unexpected request {got!r}")
+    return True
+
+
+# --- an asyncio server ---
+
+
+async def serve_asyncio(ctx: Context, respond: AsyncRespond, path_of: PathOf) -> None:
+    """Serves the job with asyncio.start_server on the running loop (asyncio or uvloop)."""
+    loop = asyncio.get_running_loop()
+    all_done: asyncio.Future[None] = loop.create_future()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            path = path_of(writer, ctx.file)
+            if path is not None:
+                ctx.paths.add(path)
+            if ctx.workload.kind == "stream":
+                ctx.count(await respond(writer, ctx.file, ctx.workload.file_size, b""))
+            else:
+                while await _next_request(reader):
+                    ctx.count(await respond(writer, ctx.file, ctx.workload.file_size, ctx.header))
+        except Exception as exc:  # the row's failure is the measurement's result
+            ctx.error(exc)
+        finally:
+            writer.close()  # EOF tells the receiver a stream transfer is complete
+            with contextlib.suppress(ConnectionError, ssl.SSLError):
+                await writer.wait_closed()
+            ctx.connections_done += 1
+            if ctx.connections_done == ctx.workload.connections and not all_done.done():
+                all_done.set_result(None)
+
+    server = await asyncio.start_server(handle, sock=ctx.listener, ssl=ctx.ssl, backlog=ctx.backlog)
+    try:
+        ctx.ready()
+        await asyncio.wait_for(all_done, ctx.remaining())
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def _next_request(reader: asyncio.StreamReader) -> bool:
+    try:
+        got = await reader.readexactly(len(REQUEST))
+    except asyncio.IncompleteReadError as exc:
+        if exc.partial:
+            raise
+        return False  # EOF between requests: the receiver is done
+    if got != REQUEST:
+        raise ValueError(f"unexpected request {got!r}")
+    return True
+
+
+def run_on_loop(loop_name: str, main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Runs main() on a new event loop: "asyncio" (the stock selector loop) or "uvloop"."""
+    factory: Callable[[], asyncio.AbstractEventLoop]
+    if loop_name == "uvloop":
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    elif loop_name == "asyncio":
+        factory = asyncio.SelectorEventLoop  # the stock loop on Linux
+    else:
+        raise ValueError(f"unknown loop {loop_name!r}")
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main())

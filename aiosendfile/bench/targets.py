@@ -1,0 +1,109 @@
+"""The targets aiosendfile is held to (issue 3), as data, and their verdicts on a run.
+
+Each compares a row with a reference row of the same table by same-run ratio
+(results.same_run_ratio), or holds a figure under an absolute bound.  "~"
+targets are expectations, printed with their value but no verdict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from .results import MIB, Sample, Section
+from .workloads import Transport
+
+Metric = Literal["value", "cpu", "rss_growth"]
+Op = Literal[">=", "<=", "~"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    workload: str
+    transport: Transport
+    row: str
+    metric: Metric
+    op: Op
+    bound: float  # a ratio to `ref`, or, without `ref`, MiB of RSS growth
+    ref: str | None = None
+
+    def describe(self) -> str:
+        what = {"value": "", "cpu": "server CPU ", "rss_growth": "server RSS growth "}[self.metric]
+        if self.ref is None:
+            return f"{self.workload}: {self.row} {what}{self.op} {self.bound:g} MiB"
+        return f"{self.workload}: {self.row} {what}{self.op} {self.bound:g}x {self.ref}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    target: Target
+    measured: float | None  # the ratio, or MiB; None when a row did not run
+    met: bool | None  # None: no verdict (an expectation, or not measured)
+
+    def describe(self) -> str:
+        target = self.target
+        if self.measured is None:
+            return f"{target.describe()}: not measured"
+        unit = " MiB" if target.ref is None else "x"
+        shown = f"{self.measured:.1f}{unit}" if target.ref is None else f"{self.measured:.2f}{unit}"
+        mark = {True: "met", False: "MISSED", None: "expectation"}[self.met]
+        return f"{target.describe()}: {shown} ({mark})"
+
+
+def _targets() -> tuple[Target, ...]:
+    targets: list[Target] = []
+    for loop in ("asyncio", "uvloop"):
+        row = f"aiosendfile-{loop}"
+        targets += [
+            Target("large", "tcp", row, "value", ">=", 0.95, "limit"),
+            Target("large", "tcp", row, "cpu", "<=", 0.4, f"buffered-{loop}"),
+        ]
+        if loop == "uvloop":
+            targets.append(Target("large", "tcp", row, "value", "~", 2.7, "buffered-uvloop"))
+        for small in ("small-4k", "small-64k"):
+            targets += [
+                Target(small, "tcp", row, "value", ">=", 3.0, "loop.sendfile"),
+                Target(small, "tcp", row, "cpu", "<=", 2.5, "limit"),
+            ]
+        targets += [
+            Target("large", "tls", f"tls-{row}", "value", ">=", 5.0, "tls-loop.sendfile"),
+            Target("large", "tls", f"tls-{row}", "value", ">=", 1.0, f"tls-buffered-{loop}"),
+            Target("concurrent", "tcp", row, "value", ">=", 0.95, "loop.sendfile"),
+            Target("concurrent", "tcp", row, "rss_growth", "<=", 10.0),
+        ]
+    return tuple(targets)
+
+
+TARGETS = _targets()
+
+_METRICS: dict[Metric, Callable[[Sample], float]] = {
+    "value": lambda s: s.value,
+    "cpu": lambda s: s.cpu,
+    "rss_growth": lambda s: float(s.rss_growth or 0),
+}
+
+
+def evaluate(sections: Sequence[Section]) -> list[Verdict]:
+    """The verdict on every target whose table ran."""
+    by_key = {(s.workload.name, s.transport): s for s in sections}
+    verdicts = []
+    for target in TARGETS:
+        section = by_key.get((target.workload, target.transport))
+        if section is None or section.row(target.row) is None:
+            continue  # not part of this run (--only, --workloads, a skipped row)
+        measured = _measure(section, target)
+        met = None
+        if measured is not None and target.op != "~":
+            met = measured >= target.bound if target.op == ">=" else measured <= target.bound
+        verdicts.append(Verdict(target, measured, met))
+    return verdicts
+
+
+def _measure(section: Section, target: Target) -> float | None:
+    if target.ref is not None:
+        return section.ratio(target.row, target.ref, _METRICS[target.metric])
+    figures = section.row(target.row)
+    if figures is None or figures.rss_growth is None:
+        return None
+    return figures.rss_growth / MIB

@@ -1,0 +1,126 @@
+"""The workloads, and the wire protocol that every row and the receiver speak.
+
+This module is the contract between the two processes of one measurement: a
+server running one row (`aiosendfile.bench.server`) and the receiver
+(`aiosendfile.bench.receiver`).  Both import it; nothing here does any I/O.
+
+The wire protocol, over TCP (or TLS) on 127.0.0.1:
+
+- ``stream`` workloads (``large``, ``concurrent``): the receiver connects and
+  sends nothing; the server sends the file's ``file_size`` bytes and closes.
+  EOF ends the transfer.
+- ``requests`` workloads (``small-4k``, ``small-64k``): the receiver sends
+  `REQUEST` (exactly those bytes); the server answers with
+  ``response_header(file_size)`` (exactly `HEADER_SIZE` bytes) followed by the
+  file's bytes; again and again on the same connection, until the receiver
+  closes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Literal
+
+Kind = Literal["stream", "requests"]
+Transport = Literal["tcp", "tls"]
+
+REQUEST = b"GET /file HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+HEADER_SIZE = 100  # the issue's "100-byte header": an HTTP/1.1 response head, padded
+
+
+def response_header(file_size: int) -> bytes:
+    """A real HTTP/1.1 response head of exactly HEADER_SIZE bytes."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+    head += b"Content-Length: %d\r\n" % file_size
+    pad = HEADER_SIZE - len(head) - len(b"X-Pad: \r\n\r\n")
+    if pad < 0:
+        raise ValueError(f"file size {file_size} does not fit a {HEADER_SIZE}-byte header")
+    return head + b"X-Pad: " + b"." * pad + b"\r\n\r\n"
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """What the receiver asks for and how it is timed."""
+
+    name: str  # "large", "small-4k", "small-64k", "concurrent"
+    kind: Kind
+    file_size: int  # bytes of the file each transfer or response carries
+    connections: int = 1  # concurrent connections (stream workloads)
+    requests: int = 0  # timed responses on the one connection (requests workloads)
+    warmup: int = 0  # untimed responses before them; the first is checked byte for byte
+    # Request/response between processes on different cores pays 200-400 us per
+    # wake-up on a VM (shared/NOTES.md): on one core the numbers measure the sender.
+    pinned: bool = False
+
+    @property
+    def unit(self) -> str:
+        return "responses/s" if self.kind == "requests" else "MB/s"
+
+    @property
+    def response_size(self) -> int:
+        """Bytes on the wire per response or transfer."""
+        return self.file_size + (HEADER_SIZE if self.kind == "requests" else 0)
+
+    @property
+    def responses(self) -> int:
+        """Responses (or transfers) the server answers in all."""
+        return self.requests + self.warmup if self.kind == "requests" else self.connections
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Workload:
+        return cls(**data)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """What one server process does: serve `workload` as row `row`, then report."""
+
+    row: str
+    workload: Workload
+    file: str  # the file to send
+    timeout: float  # seconds; the server ends itself after this, whatever happens
+    tls_cert: str | None = None  # PEM: the certificate chain, then
+    tls_key: str | None = None  # PEM: its private key
+    cpus: tuple[int, ...] | None = None  # the cores the server may run on
+
+    def to_json(self) -> str:
+        data = dataclasses.asdict(self)
+        data["workload"] = self.workload.to_dict()
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> Job:
+        data = json.loads(text)
+        data["workload"] = Workload.from_dict(data["workload"])
+        if data["cpus"] is not None:
+            data["cpus"] = tuple(data["cpus"])
+        return cls(**data)
+
+
+@dataclasses.dataclass(frozen=True)
+class Fetch:
+    """What the receiver does for one measurement."""
+
+    port: int
+    workload: Workload
+    file: str  # the file being sent, to check the first response of a requests workload
+    idle_timeout: float  # seconds without a byte before the receiver gives up
+    tls_ca: str | None = None  # PEM of the CA that signed the server's certificate
+    cpus: tuple[int, ...] | None = None  # the cores the receiver may run on; None: all
+
+    def to_json(self) -> str:
+        data = dataclasses.asdict(self)
+        data["workload"] = self.workload.to_dict()
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> Fetch:
+        data = json.loads(text)
+        data["workload"] = Workload.from_dict(data["workload"])
+        if data["cpus"] is not None:
+            data["cpus"] = tuple(data["cpus"])
+        return cls(**data)
