@@ -15,12 +15,19 @@ import collections
 _waiting: dict[object, collections.deque[asyncio.Future[None]]] = {}
 
 
+def claim_turn(transport: object) -> bool:
+    """Takes the turn at once if nobody has it (then the caller must `end_turn()`)."""
+    if transport in _waiting:
+        return False
+    _waiting[transport] = collections.deque()  # ours; the deque holds later callers
+    return True
+
+
 async def take_turn(transport: object) -> None:
     """Returns when it is this caller's turn; the caller must `end_turn()` after."""
-    queue = _waiting.get(transport)
-    if queue is None:
-        _waiting[transport] = collections.deque()  # ours at once; the deque holds later callers
+    if claim_turn(transport):
         return
+    queue = _waiting[transport]
     turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     queue.append(turn)
     try:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import weakref
 
 from . import _core, _disk
 from ._errors import Action, classify, transport_closing
@@ -32,54 +31,36 @@ MIN_SHARE = 128 * 1024  # below this, per-call costs would dominate
 READ_AHEAD = 4 * 1024 * 1024  # residency window, and the size of one disk read
 _UNKNOWN_END = 1 << 62  # a file that reports size 0 (procfs, sysfs): send to EOF
 
-_sends_per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = (
-    weakref.WeakKeyDictionary()
-)
+# Sends waiting on each loop (a plain dict: an entry lives only while its count is > 0).
+_sends_per_loop: dict[asyncio.AbstractEventLoop, int] = {}
 
 
 class ZeroCopyRefused(Exception):
     """The kernel refused sendfile(2) for this file before any file byte went."""
 
 
-async def send_zerocopy(transfer: Transfer, out_fd: int) -> None:
-    """Sends what `transfer` owes with the core; raises ZeroCopyRefused to hand over."""
+def start_zerocopy(transfer: Transfer, out_fd: int) -> _Engine:
+    """Starts sending what `transfer` owes with the core, in this very call when the
+    transport has nothing queued; `finish()` the engine unless it is `finished`.
+    Raises ZeroCopyRefused to hand over to the buffered path."""
     assert transfer.source.fd is not None
-    loop = asyncio.get_running_loop()
-    engine = _Engine(transfer, out_fd, transfer.source.fd, loop)
-    _sends_per_loop[loop] = _sends_per_loop.get(loop, 0) + 1
-    try:
-        while not engine.finished:
-            if engine.waiting_for_disk:
-                await engine.wait_for_disk()
-            if transfer.transport.get_write_buffer_size():
-                await transfer.flow.until_empty()
-            # Most responses go whole in this first call, without touching the loop.
-            try:
-                engine.step()
-            except BlockingIOError:
-                pass
-            if not engine.finished and not engine.waiting_for_disk:
-                await engine.run_on_loop()
-    finally:
-        _sends_per_loop[loop] -= 1
-        engine.close()
-    # What the core did not send goes through the transport, still in order:
-    # the header when there was no file byte to send, the trailer after a
-    # short file or a full socket (the core sends it only behind the last byte).
-    rest = bytes(transfer.header) + bytes(transfer.trailer)
-    if rest:
-        transfer.transport.write(rest)
-        transfer.header = transfer.trailer = memoryview(b"")
+    engine = _Engine(transfer, out_fd, transfer.source.fd)
+    if not transfer.transport.get_write_buffer_size():
+        try:
+            engine.step()  # most responses go whole here, without touching the loop
+        except BlockingIOError:
+            pass
+    if engine.finished:
+        engine.send_rest()
+    return engine
 
 
 class _Engine:
-    def __init__(
-        self, transfer: Transfer, out_fd: int, in_fd: int, loop: asyncio.AbstractEventLoop
-    ) -> None:
+    def __init__(self, transfer: Transfer, out_fd: int, in_fd: int) -> None:
         self.transfer = transfer
         self.out_fd = out_fd
         self.in_fd = in_fd
-        self.loop = loop
+        self.loop = asyncio.get_running_loop()
         known = transfer.count is not None
         self.end = transfer.offset + transfer.count if known else _UNKNOWN_END  # type: ignore[operator]
         self.finished = transfer.count == 0
@@ -90,6 +71,40 @@ class _Engine:
         self.disk_read: asyncio.Future[int] | None = None
         self._disk_read_start = 0
         self._done: asyncio.Future[None] | None = None
+
+    async def finish(self) -> None:
+        """Sends the rest, waiting on the loop for the socket, the disk, or bytes the
+        transport queued meanwhile."""
+        transfer = self.transfer
+        _sends_per_loop[self.loop] = _sends_per_loop.get(self.loop, 0) + 1
+        try:
+            while not self.finished:
+                if self.waiting_for_disk:
+                    await self.wait_for_disk()
+                if transfer.transport.get_write_buffer_size():
+                    await transfer.flow.until_empty()
+                try:
+                    self.step()
+                except BlockingIOError:
+                    pass
+                if not self.finished and not self.waiting_for_disk:
+                    await self.run_on_loop()
+        finally:
+            left = _sends_per_loop.pop(self.loop) - 1
+            if left:
+                _sends_per_loop[self.loop] = left
+            self.close()
+        self.send_rest()
+
+    def send_rest(self) -> None:
+        """What the core did not send goes through the transport, still in order:
+        the header when there was no file byte to send, the trailer after a short
+        file or a full socket (the core sends it only behind the last byte)."""
+        transfer = self.transfer
+        rest = bytes(transfer.header) + bytes(transfer.trailer)
+        if rest:
+            transfer.transport.write(rest)
+            transfer.header = transfer.trailer = memoryview(b"")
 
     @property
     def waiting_for_disk(self) -> bool:

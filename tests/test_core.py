@@ -508,7 +508,7 @@ def test_sendfile_resume(core: Step, stalled: Wire, src: Src) -> None:
     assert 0 < caller.counts[0] < len(header), f"expected a partial header, got {caller.counts}"
     stalled.read(chunk=8192)
     caller.finish()
-    assert len(caller.counts) > 2
+    assert len(caller.counts) >= 2  # at least one resume (more when the peer reads slowly)
     assert caller.offset == SIZE
     assert sum(caller.counts) == len(header) + SIZE - 3 + len(trailer)
     assert stalled.received() == header + src.data[3:] + trailer

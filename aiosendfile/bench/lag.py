@@ -1,6 +1,6 @@
 """Event-loop lag while files are sent: does one cold file stall everyone else?
 
-    python -m aiosendfile.bench.lag [--clients 20] [--size 32M] [--runs 3] [--disk plain|fuse]
+    python -m aiosendfile lag [--clients 20] [--size 32] [--runs 3] [--disk plain|fuse]
 
 A server process runs one row: an asyncio server answering each connection
 with one whole file, and a probe task that sleeps 1 ms and records how late
@@ -278,7 +278,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] == ["--receiver"]:
         receiver_main(int(args[1]), int(args[2]))
         return 0
-    parser = argparse.ArgumentParser(prog="python -m aiosendfile.bench.lag", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m aiosendfile lag",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--clients", type=int, default=20, help="cold downloads (and as many hot)")
     parser.add_argument("--size", type=int, default=32, help="MiB per file (default 32)")
     parser.add_argument("--runs", type=int, default=3)
@@ -313,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"machine: nproc {os.cpu_count()}, Linux {platform.release()}, "
         f"CPython {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     )
-    print("command: python -m aiosendfile.bench.lag " + shlex.join(args))
+    print("command: python -m aiosendfile lag " + shlex.join(args))
     if options.json:
         options.json.write_text(
             json.dumps({row: [vars(r) for r in runs] for row, runs in results.items()})
