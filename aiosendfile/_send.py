@@ -12,10 +12,10 @@ from . import _core
 from ._buffered import send_buffered
 from ._errors import SendfileNotAvailableError, transport_closing
 from ._flow import Flow
-from ._serial import end_turn, take_turn
+from ._serial import claim_turn, end_turn, take_turn
 from ._source import Source, open_source
 from ._transfer import Progress, Transfer
-from ._zerocopy import ZeroCopyRefused, send_zerocopy
+from ._zerocopy import ZeroCopyRefused, start_zerocopy
 
 log = logging.getLogger("aiosendfile")
 
@@ -67,7 +67,8 @@ async def send(
         choice = _choose(flow, source)
         if choice.path == "buffered" and not fallback:
             raise SendfileNotAvailableError(f"zero-copy is not possible: {choice.reason}")
-        await take_turn(transport)
+        if not claim_turn(transport):  # the uncontended case costs no await
+            await take_turn(transport)
         try:
             if transport.is_closing():
                 raise transport_closing()
@@ -101,7 +102,9 @@ def which_path(writer: Any, file: Any) -> PathChoice:
 async def _run(transfer: Transfer, choice: PathChoice, fallback: bool) -> None:
     if choice.path == "zerocopy":
         try:
-            await send_zerocopy(transfer, transfer.flow.sock.fileno())
+            engine = start_zerocopy(transfer, transfer.flow.sock.fileno())
+            if not engine.finished:  # most small responses are done by now
+                await engine.finish()
             return
         except ZeroCopyRefused as refused:
             if not fallback:
@@ -113,16 +116,27 @@ async def _run(transfer: Transfer, choice: PathChoice, fallback: bool) -> None:
 
 
 def _choose(flow: Flow, source: Source) -> PathChoice:
-    if not _core.HAVE_SENDFILE:
-        return PathChoice("buffered", "no sendfile(2) on this platform")
-    if flow.transport.get_extra_info("ssl_object") is not None:
-        return PathChoice("buffered", "TLS transport")
-    if flow.sock is None:
-        return PathChoice("buffered", "the transport has no socket")
+    refusal = zero_copy_refusal(flow.transport, flow.sock, "sendfile(2)", _core.HAVE_SENDFILE)
+    if refusal is not None:
+        return PathChoice("buffered", refusal)
     if not source.regular:
         return PathChoice("buffered", "not a regular file")
     # Any stream socket: one whose family sendfile(2) refuses falls back on EINVAL.
-    return PathChoice("zerocopy", f"sendfile(2), {_core.CORE} core")
+    return _ZERO_COPY[_core.CORE]
+
+
+_ZERO_COPY = {core: PathChoice("zerocopy", f"sendfile(2), {core} core") for core in ("c", "py")}
+
+
+def zero_copy_refusal(transport: Any, sock: Any, syscall: str, available: bool) -> str | None:
+    """Why the platform or the transport rules out zero-copy (None: they do not)."""
+    if not available:
+        return f"no {syscall} on this platform"
+    if transport.get_extra_info("ssl_object") is not None:
+        return "TLS transport"
+    if sock is None:
+        return "the transport has no socket"
+    return None
 
 
 def _flow_of(writer: Any) -> Flow:
@@ -141,18 +155,27 @@ _stream_transport_types: set[type] = set()
 
 
 def _check_stream_transport(writer: Any, transport: Any) -> None:
+    sock = check_stream_transport(writer, transport, _TRANSPORT_METHODS, "sending", "write")
+    if sock is not None:
+        _stream_transport_types.add(type(transport))
+
+
+def check_stream_transport(
+    writer: Any, transport: Any, methods: Sequence[str], doing: str, kind: str
+) -> Any:
+    """RuntimeError ("not supported") for a datagram transport, TypeError for an object
+    without `methods`; returns the transport's socket (None for some transports)."""
     if isinstance(transport, asyncio.DatagramTransport) or hasattr(transport, "sendto"):
-        raise RuntimeError(f"sending a file is not supported on datagram transport {transport!r}")
-    if not all(callable(getattr(transport, name, None)) for name in _TRANSPORT_METHODS):
+        raise RuntimeError(f"{doing} a file is not supported on datagram transport {transport!r}")
+    if not all(callable(getattr(transport, name, None)) for name in methods):
         raise TypeError(
-            "writer must be an asyncio.StreamWriter or a write transport, "
+            f"writer must be an asyncio.StreamWriter or a {kind} transport, "
             f"not {type(writer).__name__}"
         )
     sock = transport.get_extra_info("socket")
     if sock is not None and sock.type != socket.SOCK_STREAM:
-        raise RuntimeError(f"sending a file is not supported on {sock.type!r} transports")
-    if sock is not None:
-        _stream_transport_types.add(type(transport))
+        raise RuntimeError(f"{doing} a file is not supported on {sock.type!r} transports")
+    return sock
 
 
 def _check_range(offset: object, count: object) -> None:

@@ -6,9 +6,11 @@ import asyncio
 import io
 import os
 import stat
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 _NOT_A_FD = (AttributeError, io.UnsupportedOperation, OSError, ValueError)
+_T = TypeVar("_T")
 
 
 class Source:
@@ -51,12 +53,16 @@ class Source:
 
     def close(self) -> None:
         """Closes a file send() opened, once no worker thread still reads it."""
-        if not self.owned:
-            return
-        if self.busy is not None and not self.busy.done():
-            self.busy.add_done_callback(lambda _: self.file.close())
-        else:
-            self.file.close()
+        if self.owned:
+            close_when_idle(self.file, self.busy)
+
+
+def close_when_idle(file: Any, busy: asyncio.Future[Any] | None) -> None:
+    """Closes `file` now, or once the worker thread in `busy` is done with it."""
+    if busy is not None and not busy.done():
+        busy.add_done_callback(lambda _: file.close())
+    else:
+        file.close()
 
 
 # What open(path, "rb") and friends return: binary by construction, so only
@@ -69,23 +75,34 @@ def open_source(file: object) -> Source:
     if type(file) in _PLAIN_FILE_TYPES:
         _check_open_for_reading(file)
         return Source(file, owned=False)
+    reject_non_file(file, "to send bytes, write them to the writer")
+    if isinstance(file, (str, os.PathLike)):
+        return open_path(file, "rb", lambda opened: Source(opened, owned=True))
+    sync_file = _unwrap_async_file(file)
+    _check_binary_readable(sync_file)
+    return Source(sync_file, owned=False)
+
+
+def reject_non_file(file: object, hint: str) -> None:
+    """TypeError for what is plainly not a file: an int, or bytes passed as the file."""
     if isinstance(file, (bool, int)):
         raise TypeError("file must be a binary file object or a path, not an int")
     if isinstance(file, (bytes, bytearray, memoryview)):
         raise TypeError(
             "file must be a binary file object or a path (str or os.PathLike), not "
-            f"{type(file).__name__}; to send bytes, write them to the writer"
+            f"{type(file).__name__}; {hint}"
         )
-    if isinstance(file, (str, os.PathLike)):
-        opened = open(file, "rb")  # FileNotFoundError, IsADirectoryError, PermissionError
-        try:
-            return Source(opened, owned=True)
-        except BaseException:
-            opened.close()
-            raise
-    sync_file = _unwrap_async_file(file)
-    _check_binary_readable(sync_file)
-    return Source(sync_file, owned=False)
+
+
+def open_path(path: str | os.PathLike[str], mode: str, wrap: Callable[[Any], _T]) -> _T:
+    """Opens `path` (FileNotFoundError, IsADirectoryError, PermissionError) and wraps
+    the file, closing it if wrapping fails."""
+    opened = open(path, mode)
+    try:
+        return wrap(opened)
+    except BaseException:
+        opened.close()
+        raise
 
 
 def _unwrap_async_file(file: Any) -> Any:
@@ -99,11 +116,16 @@ def _unwrap_async_file(file: Any) -> Any:
 
 
 def _check_binary_readable(file: Any) -> None:
-    if isinstance(file, io.TextIOBase) or hasattr(file, "encoding"):
-        raise TypeError("file must be opened in binary mode ('rb'), not text mode")
-    if not callable(getattr(file, "read", None)):
-        raise TypeError(f"file must be a binary file object or a path, not {type(file).__name__}")
+    check_binary(file, "read", "rb")
     _check_open_for_reading(file)
+
+
+def check_binary(file: Any, method: str, mode: str) -> None:
+    """TypeError for a text-mode file, or an object without `method` (read, write)."""
+    if isinstance(file, io.TextIOBase) or hasattr(file, "encoding"):
+        raise TypeError(f"file must be opened in binary mode ({mode!r}), not text mode")
+    if not callable(getattr(file, method, None)):
+        raise TypeError(f"file must be a binary file object or a path, not {type(file).__name__}")
 
 
 def _check_open_for_reading(file: Any) -> None:
