@@ -21,12 +21,14 @@ extensions = [
             "csrc/errors.c",
             "csrc/sendfile_linux.c",
             "csrc/residency_linux.c",
+            "csrc/splice_linux.c",
         ],
         depends=[
             "csrc/asf_config.h",
             "csrc/asf_errors.h",
             "csrc/asf_residency.h",
             "csrc/asf_sendfile.h",
+            "csrc/asf_splice.h",
         ],
         extra_compile_args=["-Wall", "-Wextra", "-D_FILE_OFFSET_BITS=64"],
     )

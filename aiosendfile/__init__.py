@@ -7,17 +7,20 @@ from typing import Any
 from . import _core
 from ._buffered import get_chunk_size, set_chunk_size
 from ._core import sendfile
-from ._errors import SendfileNotAvailableError, TransportClosingError
+from ._errors import IncompleteReceiveError, SendfileNotAvailableError, TransportClosingError
+from ._receive import receive
 from ._send import PathChoice, send, which_path
 
 __version__ = "0.1.0"
 
 __all__ = (
     "CORE",
+    "IncompleteReceiveError",
     "PathChoice",
     "SendfileNotAvailableError",
     "TransportClosingError",
     "get_chunk_size",
+    "receive",
     "send",
     "sendfile",
     "set_chunk_size",

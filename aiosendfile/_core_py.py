@@ -8,9 +8,13 @@ aiosendfile._core_c.sendfile; slower per call, identical on the wire.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
+import select
 import signal
 import socket
+import struct
+import termios
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -18,6 +22,7 @@ if TYPE_CHECKING:
 
 # Mirrors csrc/asf_config.h: feature-detected once, so callers never catch AttributeError.
 HAVE_SENDFILE = hasattr(os, "sendfile")
+HAVE_SPLICE = hasattr(os, "splice")  # Linux >= 2.6.17; os.splice from Python 3.10
 _MSG_MORE = getattr(socket, "MSG_MORE", 0)  # Linux >= 2.4.4
 _MSG_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)  # Linux >= 2.2
 _HAVE_SIGMASK = hasattr(signal, "pthread_sigmask") and hasattr(signal, "sigtimedwait")
@@ -40,16 +45,7 @@ def sendfile(
     See aiosendfile._core_c.sendfile for the contract; flags is ignored.
     """
     del flags  # accepted for pysendfile compatibility
-    for name, value in (("out", out), ("in_", in_), ("nbytes", nbytes)):
-        if not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if offset is not None:
-        if not isinstance(offset, int):
-            raise TypeError(f"offset must be an int or None, not {type(offset).__name__}")
-        if offset < 0:
-            raise ValueError("offset must be >= 0")
-    if nbytes < 0:
-        raise ValueError("nbytes must be >= 0")
+    _check_arguments(offset, nbytes, out=out, in_=in_)
     header = memoryview(header).cast("B")
     trailer = memoryview(trailer).cast("B")
 
@@ -193,14 +189,89 @@ class _SigpipeGuard:
     """
 
     def __enter__(self) -> None:
-        if not _HAVE_SIGMASK:
+        # Ignored (CPython's default), SIGPIPE is discarded as it is raised.
+        self._active = _HAVE_SIGMASK and signal.getsignal(signal.SIGPIPE) != signal.SIG_IGN
+        if not self._active:
             return
         self._saved = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGPIPE_ONLY)
         self._was_pending = signal.SIGPIPE in signal.sigpending()
 
     def __exit__(self, *exc_info: object) -> None:
-        if not _HAVE_SIGMASK:
+        if not self._active:
             return
         if not self._was_pending and signal.SIGPIPE in signal.sigpending():
             signal.sigtimedwait(_SIGPIPE_ONLY, 0)
         signal.pthread_sigmask(signal.SIG_SETMASK, self._saved)
+
+
+def splice_to_file(
+    sock: int, pipe_r: int, pipe_w: int, file: int, offset: int | None, nbytes: int
+) -> int:
+    """Up to nbytes from socket to file through the pipe with splice(2).
+
+    The twin of aiosendfile._core_c.splice_to_file: same contract, same loop
+    (csrc/splice_linux.c), one os.splice call per step.
+    """
+    _check_arguments(offset, nbytes, sock=sock, pipe_r=pipe_r, pipe_w=pipe_w, file=file)
+    if not HAVE_SPLICE:
+        raise OSError(errno.ENOSYS, "splice(2) is not available")
+
+    written = 0
+    try:
+        # Bytes an earlier call could not write to the file come first.
+        in_pipe = pipe_content(pipe_r)
+        while True:
+            while in_pipe:
+                n = os.splice(pipe_r, file, in_pipe, offset_dst=offset, flags=os.SPLICE_F_MOVE)
+                if n == 0:
+                    raise OSError(errno.EIO, "splice(2) wrote nothing from a full pipe")
+                in_pipe -= n
+                written += n
+                if offset is not None:
+                    offset += n
+            if written >= nbytes:
+                break
+            # Once something is written, EAGAIN and socket errors are for the next call.
+            if written and not _socket_readable(sock):
+                break
+            want = min(nbytes - written, _MAX_SYSCALL_BYTES)
+            in_pipe = os.splice(sock, pipe_w, want, flags=os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK)
+            if in_pipe == 0:
+                break  # end of stream
+    except OSError:
+        if written == 0:
+            raise
+    return written
+
+
+def _check_arguments(offset: int | None, nbytes: int, **fds: int) -> None:
+    """The C core's argument checks (csrc/module.c): ints, offset None or >= 0, nbytes >= 0."""
+    for name, value in (*fds.items(), ("nbytes", nbytes)):
+        if not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if offset is not None:
+        if not isinstance(offset, int):
+            raise TypeError(f"offset must be an int or None, not {type(offset).__name__}")
+        if offset < 0:
+            raise ValueError("offset must be >= 0")
+    if nbytes < 0:
+        raise ValueError("nbytes must be >= 0")
+
+
+def pipe_content(pipe_r: int) -> int:
+    """Bytes waiting in a pipe (FIONREAD)."""
+    count: int = struct.unpack("i", fcntl.ioctl(pipe_r, termios.FIONREAD, b"\0" * 4))[0]
+    return count
+
+
+def _socket_readable(fd: int) -> bool:
+    """Data or end of stream waiting; a pending error answers False, left unconsumed."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    events = poller.poll(0)
+    if not events:
+        return False
+    revents = events[0][1]
+    if revents & (select.POLLERR | select.POLLNVAL):
+        return False
+    return bool(revents & (select.POLLIN | select.POLLHUP))

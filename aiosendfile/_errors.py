@@ -22,6 +22,23 @@ def transport_closing() -> TransportClosingError:
     return TransportClosingError("Transport is closing")
 
 
+class IncompleteReceiveError(asyncio.IncompleteReadError):
+    """The peer closed before `expected` bytes came; `received` of them are in the file.
+
+    An asyncio.IncompleteReadError (as readexactly() raises) whose `partial` is
+    empty: the bytes went to the file, not to memory.
+    """
+
+    def __init__(self, received: int, expected: int) -> None:
+        super().__init__(b"", expected)
+        self.received = received
+        self.args = (f"{received} bytes received on a total of {expected} expected bytes",)
+
+    def __reduce__(self) -> tuple[type[IncompleteReceiveError], tuple[int, int]]:
+        assert self.expected is not None
+        return type(self), (self.received, self.expected)
+
+
 class Action(enum.Enum):
     RETRY = "wait for the socket to be writable and call again"
     FALLBACK = "zero-copy refused: use the buffered path"

@@ -16,6 +16,8 @@
 #  define ASF_NR_CACHESTAT 451
 /* mincore(2) on a shared mapping of the file: Linux >= 2.3.99. */
 #  define HAVE_MINCORE 1
+/* splice(2) between a socket, a pipe and a file: Linux >= 2.6.17. */
+#  define HAVE_SPLICE 1
 #endif
 
 #endif /* ASF_CONFIG_H */

@@ -7,6 +7,7 @@
 #include "asf_errors.h"
 #include "asf_residency.h"
 #include "asf_sendfile.h"
+#include "asf_splice.h"
 
 typedef struct {
     int given;      /* 0 when offset is None */
@@ -158,11 +159,75 @@ static PyObject *core_resident(PyObject *self, PyObject *args, PyObject *kwargs)
     return PyLong_FromSsize_t(result);
 }
 
+PyDoc_STRVAR(splice_to_file_doc,
+"splice_to_file(sock, pipe_r, pipe_w, file, offset, nbytes) -> int\n\
+\n\
+Moves up to nbytes from socket sock to file with splice(2), socket -> pipe\n\
+-> file, the bytes never in user space. Loops in C until nbytes are written,\n\
+the socket would block, or it reaches end of stream; never takes more than\n\
+nbytes from the socket. offset None writes at (and advances) file's own\n\
+position. The pipe (pipe_r, pipe_w) must be O_NONBLOCK and private to the\n\
+transfer.\n\
+\n\
+Returns the bytes written to the file; 0 at end of stream. Raises OSError\n\
+with the kernel's errno (BlockingIOError for EAGAIN: nothing to read yet)\n\
+only when nothing was written; after a partial write the error comes back on\n\
+the next call. A file-side error (ENOSPC, EFBIG) leaves in the pipe the bytes\n\
+the file refused: they have left the socket, and the next call with the same\n\
+pipe writes them first; a caller that gives up must read them out or close\n\
+the pipe. Linux only (ENOSYS elsewhere). The GIL is released around the\n\
+system calls.");
+
+static PyObject *core_splice_to_file(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"sock", "pipe_r", "pipe_w", "file", "offset",
+                             "nbytes", NULL};
+    int sock_fd, pipe_r, pipe_w, file_fd;
+    optional_offset offset = {0, 0};
+    Py_ssize_t nbytes;
+    asf_splice_request req;
+    ssize_t result;
+
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iiiiO&n:splice_to_file",
+                                     kwlist, &sock_fd, &pipe_r, &pipe_w,
+                                     &file_fd, convert_offset, &offset,
+                                     &nbytes))
+        return NULL;
+    if (nbytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "nbytes must be >= 0");
+        return NULL;
+    }
+
+    req.sock_fd = sock_fd;
+    req.pipe_r = pipe_r;
+    req.pipe_w = pipe_w;
+    req.file_fd = file_fd;
+    req.offset = offset.given ? &offset.value : NULL;
+    req.nbytes = (size_t)nbytes;
+
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        result = asf_splice_to_file(&req);
+        Py_END_ALLOW_THREADS
+        if (result != -EINTR)
+            break;
+        /* PEP 475: run signal handlers, then retry unless one raised. */
+        if (PyErr_CheckSignals() < 0)
+            return NULL;
+    }
+    if (result < 0)
+        return asf_raise_errno((int)-result);
+    return PyLong_FromSsize_t(result);
+}
+
 static PyMethodDef core_methods[] = {
     {"sendfile", (PyCFunction)(void (*)(void))core_sendfile,
      METH_VARARGS | METH_KEYWORDS, sendfile_doc},
     {"resident", (PyCFunction)(void (*)(void))core_resident,
      METH_VARARGS | METH_KEYWORDS, resident_doc},
+    {"splice_to_file", (PyCFunction)(void (*)(void))core_splice_to_file,
+     METH_VARARGS | METH_KEYWORDS, splice_to_file_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -26,6 +26,7 @@ import uvloop
 
 import aiosendfile
 from aiosendfile import _core
+from aiosendfile._splice import PIPES
 
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 TRANSPORTS = ("tcp", "unix", "tls")
@@ -117,6 +118,7 @@ def no_leaks_no_loop_errors() -> Iterator[None]:
     errors = list(_loop_errors)
     _loop_errors.clear()
     assert not errors, f"the loop's exception handler was called: {errors}"
+    PIPES.close_idle()  # receive()'s pipes kept for reuse are not a leak
     leaked = open_fds() - before
     if leaked:
         # A closed transport's descriptor is released by its connection_lost
@@ -253,6 +255,17 @@ class Peer:
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
+
+    def push(self, data: bytes, *, eof: bool = False) -> asyncio.Future[None]:
+        """Sends `data` from a worker thread, so the loop stays free to take it in;
+        `eof`: then closes the peer's writing side (over TLS, close_notify first)."""
+
+        def run() -> None:
+            self.sock.sendall(data)
+            if eof:
+                self._close_write_side()
+
+        return asyncio.get_running_loop().run_in_executor(None, run)
 
     def reset(self) -> None:
         """Closes with RST: the sender's next write fails with ECONNRESET or EPIPE."""

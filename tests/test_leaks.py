@@ -1,4 +1,5 @@
-"""Leaks, measured in a process of their own across every exit path of send()."""
+"""Leaks, measured in a process of their own across every exit path of send() and
+receive() (success, buffered, cancelled, bad input, peer gone)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import pytest
 from .test_paths import _env_importing_this_package
 
 
+@pytest.mark.parametrize("script", ["leak_check.py", "receive_leak_check.py"])
 @pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
-def test_no_leaks_across_error_paths(loop_name: str, core: str) -> None:
-    script = Path(__file__).parent / "isolated" / "leak_check.py"
+def test_no_leaks_across_error_paths(loop_name: str, core: str, script: str) -> None:
+    path = Path(__file__).parent / "isolated" / script
     out = subprocess.run(
-        [sys.executable, str(script), loop_name, core, "150"],
+        [sys.executable, str(path), loop_name, core, "150"],
         capture_output=True,
         text=True,
         timeout=300,

@@ -251,24 +251,11 @@ def test_zero_copy_under_strace(
 ) -> None:
     """The kernel's own record: every file byte left by sendfile(2), the header with
     MSG_MORE, and only the header and trailer by write-like calls."""
-    strace = shutil.which("strace")
-    if strace is None:
-        if os.environ.get("CI"):
-            pytest.fail("strace is not installed (.ci/run installs it)")
-        pytest.skip("strace is not installed")
     size = 5 * MiB + 3
     path = make_file(size)
     trace = tmp_path / "trace.txt"
-    script = Path(__file__).parent / "isolated" / "send_once.py"
-    out = subprocess.run(
-        [strace, "-f", "-qq", "-o", str(trace), "-e", "trace=sendfile,write,writev,sendto,sendmsg",
-         sys.executable, str(script), loop_name, core, kind, str(path)],
-        capture_output=True, text=True, timeout=120, env=_env_importing_this_package(),
-    )  # fmt: skip
-    if out.returncode != 0 and "ptrace" in out.stderr:
-        pytest.skip(f"strace cannot trace here: {out.stderr.strip()}")
-    assert out.returncode == 0, out.stderr
-    fields = dict(item.split("=") for item in out.stdout.split())
+    calls = "sendfile,write,writev,sendto,sendmsg"
+    fields = run_under_strace(trace, calls, "send_once.py", loop_name, core, kind, str(path))
     assert fields == {
         "fd": fields["fd"],
         "sent": str(size),
@@ -284,6 +271,27 @@ def test_zero_copy_under_strace(
     assert by_call.pop("sendfile") == size, by_call
     assert sum(by_call.values()) == 8, f"bytes written other than by sendfile(2): {by_call}"
     assert any("MSG_MORE" in line and '"HEAD"' in line for line in lines)
+
+
+def run_under_strace(trace: Path, calls: str, script: str, *args: str) -> dict[str, str]:
+    """Runs tests/isolated/`script` under `strace -f -e trace=calls -o trace`; returns the
+    key=value fields it prints.  Skips where strace is missing (fails in CI, which
+    installs it) or cannot trace."""
+    strace = shutil.which("strace")
+    if strace is None:
+        if os.environ.get("CI"):
+            pytest.fail("strace is not installed (.ci/run installs it)")
+        pytest.skip("strace is not installed")
+    path = Path(__file__).parent / "isolated" / script
+    out = subprocess.run(
+        [strace, "-f", "-qq", "-o", str(trace), "-e", f"trace={calls}",
+         sys.executable, str(path), *args],
+        capture_output=True, text=True, timeout=120, env=_env_importing_this_package(),
+    )  # fmt: skip
+    if out.returncode != 0 and "ptrace" in out.stderr:
+        pytest.skip(f"strace cannot trace here: {out.stderr.strip()}")
+    assert out.returncode == 0, out.stderr
+    return dict(item.split("=") for item in out.stdout.split())
 
 
 def _env_importing_this_package(environ: dict[str, str] | None = None) -> dict[str, str]:

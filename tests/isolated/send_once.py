@@ -24,15 +24,23 @@ def drain(sock: socket.socket, total: list[int]) -> None:
     sock.close()
 
 
-async def main(kind: str, path: str) -> None:
+async def open_pair(
+    kind: str,
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, socket.socket]:
+    """A stream connection ("unix" or "tcp") and the peer's blocking socket."""
     if kind == "unix":
         a, b = socket.socketpair()
-        _, writer = await asyncio.open_unix_connection(sock=a)
+        reader, writer = await asyncio.open_unix_connection(sock=a)
     else:
         listener = socket.create_server(("127.0.0.1", 0))
-        _, writer = await asyncio.open_connection(*listener.getsockname())
+        reader, writer = await asyncio.open_connection(*listener.getsockname())
         b, _ = listener.accept()
         listener.close()
+    return reader, writer, b
+
+
+async def main(kind: str, path: str) -> None:
+    _, writer, b = await open_pair(kind)
     received = [0]
     thread = threading.Thread(target=drain, args=(b, received))
     thread.start()

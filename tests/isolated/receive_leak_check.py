@@ -1,0 +1,81 @@
+"""Repeats receive() through its success and error paths; prints descriptors and RSS.
+
+Run in a subprocess by tests/test_receive.py, as leak_check.py is for send(): a
+leak shows as growth between the warm-up and the end.  Usage:
+receive_leak_check.py LOOP CORE ROUNDS
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import socket
+import sys
+import tempfile
+
+import uvloop
+from leak_check import rss_kib  # this script's directory is on sys.path
+
+import aiosendfile
+from aiosendfile import _core
+
+BODY = os.urandom(200_000)
+
+
+async def connection() -> tuple[asyncio.StreamReader, asyncio.StreamWriter, socket.socket]:
+    a, b = socket.socketpair()
+    reader, writer = await asyncio.open_unix_connection(sock=a)
+    return reader, writer, b
+
+
+async def close(writer: asyncio.StreamWriter, peer: socket.socket) -> None:
+    writer.close()
+    with contextlib.suppress(ConnectionError):
+        await writer.wait_closed()
+    peer.close()
+
+
+async def one_round(directory: str) -> None:
+    path = os.path.join(directory, "upload")
+    reader, writer, peer = await connection()
+    try:
+        # success, zero-copy, with bytes the reader held and bytes left behind
+        peer.sendall(BODY + b"next")
+        await aiosendfile.receive(reader, writer, path, len(BODY))
+        # buffered path
+        peer.sendall(BODY)
+        await aiosendfile.receive(reader, writer, io.BytesIO(), len(BODY))
+        # cancellation while waiting for the peer
+        receiving = asyncio.ensure_future(aiosendfile.receive(reader, writer, path, 1 << 20))
+        await asyncio.sleep(0.002)
+        receiving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await receiving
+        # bad input
+        with open(path, "rb") as f, contextlib.suppress(io.UnsupportedOperation):
+            await aiosendfile.receive(reader, writer, f, 10)
+        # the peer closes before the count
+        peer.sendall(b"short")
+        peer.shutdown(socket.SHUT_WR)
+        with contextlib.suppress(asyncio.IncompleteReadError):
+            await aiosendfile.receive(reader, writer, path, 1000)
+    finally:
+        await close(writer, peer)
+
+
+async def main(rounds: int) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        for _ in range(5):  # warm-up: caches, the executor's threads, the pipe pool
+            await one_round(directory)
+        fds, rss = len(os.listdir("/proc/self/fd")), rss_kib()
+        for _ in range(rounds):
+            await one_round(directory)
+        print(f"fds {fds} {len(os.listdir('/proc/self/fd'))} rss_kib {rss} {rss_kib()}")
+
+
+if __name__ == "__main__":
+    loop_name, core, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    _core.use(core)
+    (uvloop.run if loop_name == "uvloop" else asyncio.run)(main(rounds))
