@@ -46,6 +46,32 @@ static int convert_offset(PyObject *obj, void *out)
     return 1;
 }
 
+/* A C-core step: bytes moved, or -errno. */
+typedef ssize_t (*step_fn)(const void *request);
+
+static ssize_t sendfile_step(const void *request) { return asf_sendfile(request); }
+static ssize_t splice_step(const void *request) { return asf_splice_to_file(request); }
+
+/* Runs `step` with the GIL released; its count as an int, or OSError. */
+static PyObject *run_step(step_fn step, const void *request)
+{
+    ssize_t result;
+
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        result = step(request);
+        Py_END_ALLOW_THREADS
+        if (result != -EINTR)
+            break;
+        /* PEP 475: run signal handlers, then retry unless one raised. */
+        if (PyErr_CheckSignals() < 0)
+            return NULL;
+    }
+    if (result < 0)
+        return asf_raise_errno((int)-result);
+    return PyLong_FromSsize_t(result);
+}
+
 PyDoc_STRVAR(sendfile_doc,
 "sendfile(out, in_, offset, nbytes, header=b\"\", trailer=b\"\", flags=0) -> int\n\
 \n\
@@ -72,7 +98,6 @@ static PyObject *core_sendfile(PyObject *self, PyObject *args, PyObject *kwargs)
     Py_ssize_t nbytes;
     Py_buffer header, trailer;
     asf_request req;
-    ssize_t result;
     PyObject *ret = NULL;
 
     (void)self;
@@ -98,20 +123,7 @@ static PyObject *core_sendfile(PyObject *self, PyObject *args, PyObject *kwargs)
     req.trailer = trailer.buf;
     req.trailer_len = trailer.buf ? (size_t)trailer.len : 0;
 
-    for (;;) {
-        Py_BEGIN_ALLOW_THREADS
-        result = asf_sendfile(&req);
-        Py_END_ALLOW_THREADS
-        if (result != -EINTR)
-            break;
-        /* PEP 475: run signal handlers, then retry unless one raised. */
-        if (PyErr_CheckSignals() < 0)
-            goto done;
-    }
-    if (result < 0)
-        asf_raise_errno((int)-result);
-    else
-        ret = PyLong_FromSsize_t(result);
+    ret = run_step(sendfile_step, &req);
 
 done:
     if (header.buf)
@@ -186,7 +198,6 @@ static PyObject *core_splice_to_file(PyObject *self, PyObject *args, PyObject *k
     optional_offset offset = {0, 0};
     Py_ssize_t nbytes;
     asf_splice_request req;
-    ssize_t result;
 
     (void)self;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iiiiO&n:splice_to_file",
@@ -206,19 +217,7 @@ static PyObject *core_splice_to_file(PyObject *self, PyObject *args, PyObject *k
     req.offset = offset.given ? &offset.value : NULL;
     req.nbytes = (size_t)nbytes;
 
-    for (;;) {
-        Py_BEGIN_ALLOW_THREADS
-        result = asf_splice_to_file(&req);
-        Py_END_ALLOW_THREADS
-        if (result != -EINTR)
-            break;
-        /* PEP 475: run signal handlers, then retry unless one raised. */
-        if (PyErr_CheckSignals() < 0)
-            return NULL;
-    }
-    if (result < 0)
-        return asf_raise_errno((int)-result);
-    return PyLong_FromSsize_t(result);
+    return run_step(splice_step, &req);
 }
 
 static PyMethodDef core_methods[] = {
