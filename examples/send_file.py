@@ -39,7 +39,6 @@ import importlib.metadata
 import importlib.util
 import os
 import platform
-import re
 import resource
 import select
 import shlex
@@ -57,6 +56,7 @@ from pathlib import Path
 from typing import IO, BinaryIO, NoReturn
 
 import aiosendfile
+from aiosendfile.bench.cli import parse_size
 
 GIB = 1 << 30
 MB = 1_000_000
@@ -83,17 +83,6 @@ class Sample:
 
 
 # --- command line ---
-
-
-def parse_size(text: str) -> int:
-    """'1G', '64M', '512k', '1GiB' or plain bytes; K/M/G are powers of 1024."""
-    match = re.fullmatch(r"\s*(\d+)\s*([kmg]?)(?:i?b)?\s*", text, re.IGNORECASE)
-    if match is None:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 64M or 1G)")
-    size = int(match[1]) << {"": 0, "k": 10, "m": 20, "g": 30}[match[2].lower()]
-    if size <= 0:
-        raise argparse.ArgumentTypeError("the size must be at least one byte")
-    return size
 
 
 def parse_loops(text: str) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ from .test_paths import _env_importing_this_package
 def test_lag_bench_smallest_run(tmp_path: Path) -> None:
     out_json = tmp_path / "lag.json"
     run = subprocess.run(
-        [sys.executable, "-m", "aiosendfile", "lag", "--clients", "2", "--size", "1",
+        [sys.executable, "-m", "aiosendfile", "lag", "--clients", "2", "--size", "1M",
          "--runs", "1", "--json", str(out_json)],
         capture_output=True, text=True, timeout=120, env=_env_importing_this_package(),
         cwd=tmp_path, check=False,

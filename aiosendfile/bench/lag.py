@@ -1,6 +1,6 @@
 """Event-loop lag while files are sent: does one cold file stall everyone else?
 
-    python -m aiosendfile lag [--clients 20] [--size 32] [--runs 3] [--disk plain|fuse]
+    python -m aiosendfile lag [--clients 20] [--size 32M] [--runs 3] [--disk plain|fuse]
 
 A server process runs one row: an asyncio server answering each connection
 with one whole file, and a probe task that sleeps 1 ms and records how late
@@ -41,6 +41,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .cli import parse_size
 
 MiB = 1024 * 1024
 ROWS = ("aiosendfile-asyncio", "aiosendfile-uvloop", "loop.sendfile", "aiosendfile-blind")
@@ -289,7 +291,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--clients", type=int, default=20, help="cold downloads (and as many hot)")
-    parser.add_argument("--size", type=int, default=32, help="MiB per file (default 32)")
+    parser.add_argument(
+        "--size", type=parse_size, default=32 * MiB, help="bytes per file, K/M/G (default 32M)"
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", default=",".join(ROWS), help="rows, comma-separated")
     parser.add_argument("--disk", choices=("plain", "fuse"), default="plain")
@@ -300,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = set(rows) - set(ROWS)
     if unknown:
         parser.error(f"unknown rows: {', '.join(sorted(unknown))} (rows: {', '.join(ROWS)})")
-    size = options.size * MiB
+    size = options.size
     results: dict[str, list[Result]] = {row: [] for row in rows}
     with tempfile.TemporaryDirectory(prefix="aiosendfile-lag-") as tmp:
         paths = _make_files(Path(tmp), options.clients, size)
