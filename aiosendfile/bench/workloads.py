@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 Kind = Literal["stream", "requests"]
 Transport = Literal["tcp", "tls"]
@@ -75,8 +75,28 @@ class Workload:
         return cls(**data)
 
 
+class _Message:
+    """A dataclass with a `workload` and `cpus`, sent to another process as JSON."""
+
+    workload: Workload
+    cpus: tuple[int, ...] | None
+
+    def to_json(self) -> str:
+        data = dataclasses.asdict(self)  # type: ignore[call-overload]
+        data["workload"] = self.workload.to_dict()
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        data = json.loads(text)
+        data["workload"] = Workload.from_dict(data["workload"])
+        if data["cpus"] is not None:
+            data["cpus"] = tuple(data["cpus"])  # JSON has no tuples
+        return cls(**data)
+
+
 @dataclasses.dataclass(frozen=True)
-class Job:
+class Job(_Message):
     """What one server process does: serve `workload` as row `row`, then report."""
 
     row: str
@@ -87,22 +107,9 @@ class Job:
     tls_key: str | None = None  # PEM: its private key
     cpus: tuple[int, ...] | None = None  # the cores the server may run on
 
-    def to_json(self) -> str:
-        data = dataclasses.asdict(self)
-        data["workload"] = self.workload.to_dict()
-        return json.dumps(data)
-
-    @classmethod
-    def from_json(cls, text: str) -> Job:
-        data = json.loads(text)
-        data["workload"] = Workload.from_dict(data["workload"])
-        if data["cpus"] is not None:
-            data["cpus"] = tuple(data["cpus"])
-        return cls(**data)
-
 
 @dataclasses.dataclass(frozen=True)
-class Fetch:
+class Fetch(_Message):
     """What the receiver does for one measurement."""
 
     port: int
@@ -111,16 +118,3 @@ class Fetch:
     idle_timeout: float  # seconds without a byte before the receiver gives up
     tls_ca: str | None = None  # PEM of the CA that signed the server's certificate
     cpus: tuple[int, ...] | None = None  # the cores the receiver may run on; None: all
-
-    def to_json(self) -> str:
-        data = dataclasses.asdict(self)
-        data["workload"] = self.workload.to_dict()
-        return json.dumps(data)
-
-    @classmethod
-    def from_json(cls, text: str) -> Fetch:
-        data = json.loads(text)
-        data["workload"] = Workload.from_dict(data["workload"])
-        if data["cpus"] is not None:
-            data["cpus"] = tuple(data["cpus"])
-        return cls(**data)
