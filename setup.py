@@ -20,10 +20,12 @@ extensions = [
             "csrc/module.c",
             "csrc/errors.c",
             "csrc/sendfile_linux.c",
+            "csrc/cached_linux.c",
             "csrc/residency_linux.c",
             "csrc/splice_linux.c",
         ],
         depends=[
+            "csrc/asf_cached.h",
             "csrc/asf_config.h",
             "csrc/asf_errors.h",
             "csrc/asf_residency.h",

@@ -12,6 +12,7 @@ from . import _core
 from ._buffered import send_buffered
 from ._errors import SendfileNotAvailableError, transport_closing
 from ._flow import Flow
+from ._quick import send_quick
 from ._serial import claim_turn, end_turn, take_turn
 from ._source import Source, open_source
 from ._transfer import Progress, Transfer
@@ -51,6 +52,21 @@ async def send(
 
     See the README (and shared/API.md) for the full contract.
     """
+    if trailers is None and progress is None:
+        quick = send_quick(writer, file, offset, count, headers)
+        if quick is not None:
+            if not quick.header_left and not quick.file_left:
+                return quick.file_bytes  # the whole response, in one call of the core
+            # The socket filled midway: the general path sends the rest, in order.
+            rest = await send(
+                writer,
+                file,
+                offset + quick.file_bytes,
+                quick.file_left,
+                headers=quick.header_left,
+                fallback=fallback,
+            )
+            return quick.file_bytes + rest
     flow = _flow_of(writer)
     _check_range(offset, count)
     header = _join_buffers("headers", headers)

@@ -15,6 +15,11 @@ import collections
 _waiting: dict[object, collections.deque[asyncio.Future[None]]] = {}
 
 
+def busy(transport: object) -> bool:
+    """Whether a send holds the turn on `transport` (others may be waiting)."""
+    return transport in _waiting
+
+
 def claim_turn(transport: object) -> bool:
     """Takes the turn at once if nobody has it (then the caller must `end_turn()`)."""
     if transport in _waiting:

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 
+#include "asf_cached.h"
 #include "asf_errors.h"
 #include "asf_residency.h"
 #include "asf_sendfile.h"
@@ -46,14 +47,15 @@ static int convert_offset(PyObject *obj, void *out)
     return 1;
 }
 
-/* A C-core step: bytes moved, or -errno. */
-typedef ssize_t (*step_fn)(const void *request);
+/* A C-core step: bytes moved, or -errno.  It may note results in its request. */
+typedef ssize_t (*step_fn)(void *request);
 
-static ssize_t sendfile_step(const void *request) { return asf_sendfile(request); }
-static ssize_t splice_step(const void *request) { return asf_splice_to_file(request); }
+static ssize_t sendfile_step(void *request) { return asf_sendfile(request); }
+static ssize_t cached_step(void *request) { return asf_sendfile_cached(request); }
+static ssize_t splice_step(void *request) { return asf_splice_to_file(request); }
 
 /* Runs `step` with the GIL released; its count as an int, or OSError. */
-static PyObject *run_step(step_fn step, const void *request)
+static PyObject *run_step(step_fn step, void *request)
 {
     ssize_t result;
 
@@ -130,6 +132,72 @@ done:
         PyBuffer_Release(&header);
     if (trailer.buf)
         PyBuffer_Release(&trailer);
+    return ret;
+}
+
+PyDoc_STRVAR(sendfile_cached_doc,
+"sendfile_cached(out, in_, offset, count, header=b\"\", max_bytes=131072)\n\
+    -> (nbytes, written) or None\n\
+\n\
+A whole small response in one call, for send()'s quick path. in_ must be a\n\
+regular file that reports its size (fstat), and the nbytes it owes from\n\
+offset (count, or None for the rest of the file, clamped to the end of file)\n\
+must be at most max_bytes, every one of them in the page cache (cachestat).\n\
+Then it is one sendfile() step of header + those nbytes, and the result is\n\
+nbytes and the step's count; otherwise None, having written nothing. OSError\n\
+as sendfile(). The GIL is released around the system calls.");
+
+static PyObject *core_sendfile_cached(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"out", "in_", "offset", "count", "header",
+                             "max_bytes", NULL};
+    int out_fd, in_fd;
+    optional_offset offset = {0, 0}, count = {0, 0};
+    Py_ssize_t max_bytes = 128 * 1024;
+    Py_buffer header;
+    asf_cached_request req;
+    PyObject *written, *ret = NULL;
+
+    (void)self;
+    header.buf = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iiO&O&|y*n:sendfile_cached",
+                                     kwlist, &out_fd, &in_fd, convert_offset,
+                                     &offset, convert_offset, &count, &header,
+                                     &max_bytes))
+        return NULL;
+    if (!offset.given) {
+        PyErr_SetString(PyExc_TypeError, "offset must be an int");
+        goto done;
+    }
+    if (max_bytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "max_bytes must be >= 0");
+        goto done;
+    }
+
+    req.send.out_fd = out_fd;
+    req.send.in_fd = in_fd;
+    req.send.offset = &offset.value;
+    req.send.nbytes = 0;
+    req.send.header = header.buf;
+    req.send.header_len = header.buf ? (size_t)header.len : 0;
+    req.send.trailer = NULL;
+    req.send.trailer_len = 0;
+    req.count = count.given ? (long long)count.value : -1;
+    req.max_bytes = (size_t)max_bytes;
+
+    written = run_step(cached_step, &req);
+    if (written == NULL)
+        goto done;
+    if (!req.taken) {
+        Py_DECREF(written);
+        ret = Py_NewRef(Py_None);
+        goto done;
+    }
+    ret = Py_BuildValue("(nN)", (Py_ssize_t)req.send.nbytes, written);
+
+done:
+    if (header.buf)
+        PyBuffer_Release(&header);
     return ret;
 }
 
@@ -223,6 +291,8 @@ static PyObject *core_splice_to_file(PyObject *self, PyObject *args, PyObject *k
 static PyMethodDef core_methods[] = {
     {"sendfile", (PyCFunction)(void (*)(void))core_sendfile,
      METH_VARARGS | METH_KEYWORDS, sendfile_doc},
+    {"sendfile_cached", (PyCFunction)(void (*)(void))core_sendfile_cached,
+     METH_VARARGS | METH_KEYWORDS, sendfile_cached_doc},
     {"resident", (PyCFunction)(void (*)(void))core_resident,
      METH_VARARGS | METH_KEYWORDS, resident_doc},
     {"splice_to_file", (PyCFunction)(void (*)(void))core_splice_to_file,

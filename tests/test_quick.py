@@ -1,0 +1,285 @@
+"""send()'s quick path: a small cached response whole in one call of the core.
+
+The core's sendfile_cached() on plain sockets (c and py), then send() on the
+grid: the quick path takes the common case without entering the general path,
+declines everything else having sent nothing, and hands a response the socket
+could not take whole to the general path without losing or reordering a byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import aiosendfile
+from aiosendfile import _core, _quick, _send
+
+from .conftest import Connection, pattern
+from .test_cold import evict
+
+SMALL = 4096 + 3
+QUICK_MAX = _quick.QUICK_MAX_BYTES
+
+
+@pytest.fixture(params=["unix", "tcp"])
+def plain_transport(request: pytest.FixtureRequest) -> str:
+    kind: str = request.param
+    return kind
+
+
+# --- the core call, on plain sockets ---
+
+
+@pytest.fixture
+def sockets() -> Iterator[tuple[socket.socket, socket.socket]]:
+    out, peer = socket.socketpair()
+    out.setblocking(False)
+    with out, peer:
+        yield out, peer
+
+
+def receive(peer: socket.socket, size: int) -> bytes:
+    peer.settimeout(10)
+    got = bytearray()
+    while len(got) < size:
+        chunk = peer.recv(size - len(got))
+        assert chunk, f"EOF after {len(got)} of {size} bytes"
+        got += chunk
+    return bytes(got)
+
+
+@pytest.mark.parametrize(
+    ("offset", "count", "owed"),
+    [(0, None, SMALL), (10, 100, 100), (10, None, SMALL - 10), (SMALL - 2, 50, 2), (SMALL, 5, 0)],
+)
+def test_sendfile_cached_sends_what_the_file_owes(
+    core: str,
+    make_file: Callable[..., Path],
+    sockets: tuple[socket.socket, socket.socket],
+    offset: int,
+    count: int | None,
+    owed: int,
+) -> None:
+    path = make_file(SMALL)
+    data = path.read_bytes()  # and cached
+    out, peer = sockets
+    with path.open("rb") as f:
+        result = _core.sendfile_cached(out.fileno(), f.fileno(), offset, count, b"HEAD")
+    assert result == (owed, 4 + owed)
+    assert receive(peer, 4 + owed) == b"HEAD" + data[offset : offset + owed]
+
+
+def test_sendfile_cached_declines_having_sent_nothing(
+    core: str,
+    make_file: Callable[..., Path],
+    sockets: tuple[socket.socket, socket.socket],
+) -> None:
+    out, peer = sockets
+    big = make_file(QUICK_MAX + 1)
+    big.read_bytes()
+    cold = make_file(SMALL)
+    evict(cold)
+    r, w = os.pipe()
+    try:
+        os.write(w, b"x" * 10)
+        declined = {
+            "over max_bytes": (big, {}),
+            "not cached": (cold, {}),
+            "size 0 (procfs)": (Path("/proc/self/limits"), {}),
+            "a pipe": (None, {}),
+            "a smaller max_bytes": (big, {"max_bytes": 100}),
+        }
+        for reason, (path, kwargs) in declined.items():
+            if path is None:
+                fd = r
+                assert _core.sendfile_cached(out.fileno(), fd, 0, None, b"H", **kwargs) is None
+                continue
+            with path.open("rb") as f:
+                result = _core.sendfile_cached(out.fileno(), f.fileno(), 0, None, b"H", **kwargs)
+                assert result is None, reason
+        # Within max_bytes the same big file goes.
+        with big.open("rb") as f:
+            assert _core.sendfile_cached(out.fileno(), f.fileno(), 0, 10, b"") == (10, 10)
+        peer.setblocking(False)
+        assert peer.recv(100) == pattern(10)  # nothing of the declined calls arrived
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_sendfile_cached_partial_when_the_socket_fills(
+    core: str, make_file: Callable[..., Path], sockets: tuple[socket.socket, socket.socket]
+) -> None:
+    path = make_file(QUICK_MAX)
+    data = path.read_bytes()
+    out, peer = sockets
+    out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    with path.open("rb") as f:
+        result = _core.sendfile_cached(out.fileno(), f.fileno(), 0, None, b"HEAD")
+        assert result is not None
+        owed, written = result
+        assert owed == QUICK_MAX
+        assert 4 < written < 4 + QUICK_MAX  # the socket took part of it
+        # A full socket with nothing written is the step's own BlockingIOError.
+        with pytest.raises(BlockingIOError):
+            _core.sendfile_cached(out.fileno(), f.fileno(), written - 4, None)
+    assert receive(peer, written) == (b"HEAD" + data)[:written]
+
+
+# --- send() ---
+
+
+@pytest.fixture
+def no_general_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fails the test if send() goes past its quick path."""
+
+    def general(*args: Any) -> Any:
+        raise AssertionError("send() took its general path")
+
+    monkeypatch.setattr(_send, "_flow_of", general)
+
+
+@pytest.fixture
+def quick_results(monkeypatch: pytest.MonkeyPatch, core: str) -> list[Any]:
+    """What every call of the core's sendfile_cached() returned (None: declined)."""
+    results: list[Any] = []
+    real = _core.sendfile_cached
+
+    def recording(*args: Any) -> Any:
+        result = real(*args)
+        results.append(result)
+        return result
+
+    monkeypatch.setattr(_core, "sendfile_cached", recording)
+    return results
+
+
+@pytest.mark.parametrize(("offset", "count"), [(0, None), (7, 1000), (SMALL + 5, None)])
+async def test_send_small_response_in_one_call(
+    connect: Callable[..., Any],
+    make_file: Callable[..., Path],
+    plain_transport: str,
+    writer_kind: str,
+    core: str,
+    no_general_path: None,
+    offset: int,
+    count: int | None,
+) -> None:
+    path = make_file(SMALL)
+    data = path.read_bytes()
+    expected = data[offset:] if count is None else data[offset : offset + count]
+    conn: Connection = await connect(plain_transport, writer_kind)
+    with path.open("rb") as f:
+        f.seek(3)
+        assert await aiosendfile.send(conn.writer, f, offset, count, headers=b"HEAD") == len(
+            expected
+        )
+        assert f.tell() == offset + len(expected)
+        assert await aiosendfile.send(conn.writer, f, 0, 0) == 0
+        assert f.tell() == 0
+    conn.write(b"AFTER")
+    assert await conn.received_after_close() == b"HEAD" + expected + b"AFTER"
+
+
+DECLINED = ["over-max", "not-cached", "bytearray-header", "trailers", "progress", "tls"]
+
+
+@pytest.mark.parametrize("case", DECLINED)
+async def test_send_quick_path_declines(
+    connect: Callable[..., Any],
+    make_file: Callable[..., Path],
+    core: str,
+    quick_results: list[Any],
+    case: str,
+) -> None:
+    """Anything but the common case goes to the general path, with nothing sent twice."""
+    path = make_file(QUICK_MAX + 1 if case == "over-max" else SMALL)
+    data = path.read_bytes()
+    if case == "not-cached":
+        evict(path)
+    conn: Connection = await connect("tls" if case == "tls" else "tcp")
+    headers: Any = bytearray(b"HEAD") if case == "bytearray-header" else b"HEAD"
+    kwargs: dict[str, Any] = {
+        "trailers": {"trailers": b"TAIL"},
+        "progress": {"progress": lambda sent, total: None},
+    }.get(case, {})
+    with path.open("rb") as f:
+        assert await aiosendfile.send(conn.writer, f, headers=headers, **kwargs) == len(data)
+        assert f.tell() == len(data)
+    if case in ("over-max", "not-cached"):
+        assert quick_results == [None]  # the core looked, and declined
+    else:
+        assert quick_results == []  # the types alone said no
+    trailer = b"TAIL" if case == "trailers" else b""
+    assert await conn.received_after_close() == b"HEAD" + data + trailer
+
+
+async def test_send_quick_path_waits_for_another_send(
+    connect: Callable[..., Any],
+    make_file: Callable[..., Path],
+    plain_transport: str,
+    core: str,
+    quick_results: list[Any],
+) -> None:
+    """A small send behind a running one is queued in call order, not sent at once."""
+    big, small = make_file(4 * 1024 * 1024, seed=1), make_file(SMALL, seed=2)
+    conn: Connection = await connect(plain_transport, reading=False, sndbuf=32 * 1024)
+    first = asyncio.ensure_future(aiosendfile.send(conn.writer, big))
+    await asyncio.sleep(0.05)
+    assert not first.done()
+    second = asyncio.ensure_future(aiosendfile.send(conn.writer, small, headers=b"2"))
+    await asyncio.sleep(0.05)
+    assert not second.done()
+    conn.peer.resume()
+    assert await asyncio.gather(first, second) == [4 * 1024 * 1024, SMALL]
+    assert await conn.received_after_close() == big.read_bytes() + b"2" + small.read_bytes()
+
+
+async def test_send_socket_fills_midway(
+    connect: Callable[..., Any],
+    make_file: Callable[..., Path],
+    plain_transport: str,
+    writer_kind: str,
+    core: str,
+    quick_results: list[Any],
+) -> None:
+    """The quick path sends what the socket takes; the general path sends the rest, in order."""
+    path = make_file(QUICK_MAX)
+    data = path.read_bytes()
+    conn: Connection = await connect(plain_transport, writer_kind, reading=False, sndbuf=16 * 1024)
+    with path.open("rb") as f:
+        sending = asyncio.ensure_future(aiosendfile.send(conn.writer, f, headers=b"HEAD"))
+        await asyncio.sleep(0.05)
+        assert not sending.done(), "the peer reads nothing: the send must be waiting"
+        owed, written = quick_results[0]
+        assert owed == QUICK_MAX and 4 < written < 4 + QUICK_MAX
+        conn.peer.resume()
+        assert await asyncio.wait_for(sending, 10) == QUICK_MAX
+        assert f.tell() == QUICK_MAX
+    conn.write(b"AFTER")
+    assert await conn.received_after_close() == b"HEAD" + data + b"AFTER"
+
+
+async def test_send_small_response_to_a_reset_peer(
+    connect: Callable[..., Any],
+    make_file: Callable[..., Path],
+    plain_transport: str,
+    writer_kind: str,
+    core: str,
+) -> None:
+    """The core's error goes to the general path, which raises it and closes the transport."""
+    path = make_file(SMALL)
+    conn: Connection = await connect(plain_transport, writer_kind)
+    conn.peer.reset()
+    await asyncio.sleep(0.05)  # the reset reaches our socket
+    with pytest.raises(ConnectionError):
+        for _ in range(3):  # the first send may still go into the socket buffer
+            await aiosendfile.send(conn.writer, path, headers=b"HEAD")
+            await asyncio.sleep(0.05)
+    assert conn.transport.is_closing()
