@@ -206,6 +206,7 @@ def to_json(run: Run) -> dict[str, Any]:
                 **dataclasses.asdict(verdict.target),
                 "measured": verdict.measured,
                 "met": verdict.met,
+                "floor_measured": verdict.floor,  # the `floor` row's figure, when it ran
             }
             for verdict in run.verdicts
         ],
