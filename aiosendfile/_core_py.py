@@ -81,6 +81,12 @@ def sendfile_cached(
     The twin of aiosendfile._core_c.sendfile_cached: a regular file of known size,
     at most max_bytes owed from offset, every one of them cached, then one step.
     """
+    _check_arguments(offset, 0, out=out, in_=in_)
+    _check_optional("count", count)
+    if offset is None:
+        raise TypeError("offset must be an int")
+    if max_bytes < 0:
+        raise ValueError("max_bytes must be >= 0")
     st = os.fstat(in_)
     if not stat.S_ISREG(st.st_mode) or st.st_size <= 0:
         return None  # size 0 is what procfs and sysfs report for files with content
@@ -279,13 +285,19 @@ def _check_arguments(offset: int | None, nbytes: int, **fds: int) -> None:
     for name, value in (*fds.items(), ("nbytes", nbytes)):
         if not isinstance(value, int):
             raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if offset is not None:
-        if not isinstance(offset, int):
-            raise TypeError(f"offset must be an int or None, not {type(offset).__name__}")
-        if offset < 0:
-            raise ValueError("offset must be >= 0")
+    _check_optional("offset", offset)
     if nbytes < 0:
         raise ValueError("nbytes must be >= 0")
+
+
+def _check_optional(name: str, value: int | None) -> None:
+    """None, or an int >= 0 (module.c's parse_optional_offset)."""
+    if value is None:
+        return
+    if not isinstance(value, int):
+        raise TypeError(f"{name} must be an int or None, not {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0")
 
 
 def pipe_content(pipe_r: int) -> int:

@@ -11,40 +11,49 @@
 #include "asf_splice.h"
 
 typedef struct {
-    int given;      /* 0 when offset is None */
+    int given;      /* 0 when the argument is None */
     off_t value;
 } optional_offset;
 
-/* O& converter: None, or an int >= 0 that fits off_t (64-bit offsets). */
-static int convert_offset(PyObject *obj, void *out)
+/* None, or an int >= 0 that fits off_t (64-bit offsets); `name` is for the errors. */
+static int parse_optional_offset(PyObject *obj, const char *name, optional_offset *out)
 {
-    optional_offset *offset = (optional_offset *)out;
     long long value;
 
     if (obj == Py_None) {
-        offset->given = 0;
+        out->given = 0;
         return 1;
     }
     if (!PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError,
-                     "offset must be an int or None, not %.200s",
-                     Py_TYPE(obj)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s must be an int or None, not %.200s",
+                     name, Py_TYPE(obj)->tp_name);
         return 0;
     }
     value = PyLong_AsLongLong(obj);
     if (value == -1 && PyErr_Occurred())
         return 0;
     if (value < 0) {
-        PyErr_SetString(PyExc_ValueError, "offset must be >= 0");
+        PyErr_Format(PyExc_ValueError, "%s must be >= 0", name);
         return 0;
     }
     if ((long long)(off_t)value != value) {
-        PyErr_SetString(PyExc_OverflowError, "offset does not fit in off_t");
+        PyErr_Format(PyExc_OverflowError, "%s does not fit in off_t", name);
         return 0;
     }
-    offset->given = 1;
-    offset->value = (off_t)value;
+    out->given = 1;
+    out->value = (off_t)value;
     return 1;
+}
+
+/* O& converters for the two arguments that take None or a file position or length. */
+static int convert_offset(PyObject *obj, void *out)
+{
+    return parse_optional_offset(obj, "offset", out);
+}
+
+static int convert_count(PyObject *obj, void *out)
+{
+    return parse_optional_offset(obj, "count", out);
 }
 
 /* A C-core step: bytes moved, or -errno.  It may note results in its request. */
@@ -162,7 +171,7 @@ static PyObject *core_sendfile_cached(PyObject *self, PyObject *args, PyObject *
     header.buf = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iiO&O&|y*n:sendfile_cached",
                                      kwlist, &out_fd, &in_fd, convert_offset,
-                                     &offset, convert_offset, &count, &header,
+                                     &offset, convert_count, &count, &header,
                                      &max_bytes))
         return NULL;
     if (!offset.given) {

@@ -132,6 +132,33 @@ def test_sendfile_cached_partial_when_the_socket_fills(
     assert receive(peer, written) == (b"HEAD" + data)[:written]
 
 
+@pytest.mark.parametrize(
+    ("args", "error", "message"),
+    [
+        ((0, -1), ValueError, "count must be >= 0"),
+        ((-1, None), ValueError, "offset must be >= 0"),
+        ((None, None), TypeError, "offset must be an int"),
+        ((0, "1"), TypeError, "count must be an int or None"),
+        ((0, None, b"", -1), ValueError, "max_bytes must be >= 0"),
+    ],
+)
+def test_sendfile_cached_bad_arguments(
+    core: str,
+    make_file: Callable[..., Path],
+    sockets: tuple[socket.socket, socket.socket],
+    args: tuple[Any, ...],
+    error: type[Exception],
+    message: str,
+) -> None:
+    out, peer = sockets
+    with make_file(SMALL).open("rb") as f:
+        with pytest.raises(error, match=message):
+            _core.sendfile_cached(out.fileno(), f.fileno(), *args)
+    peer.setblocking(False)
+    with pytest.raises(BlockingIOError):
+        peer.recv(1)  # nothing was sent
+
+
 # --- send() ---
 
 
