@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,12 @@ def test_sendfile_cached_bad_arguments(
 # --- send() ---
 
 
+def block_the_loop(seconds: float = 0.2) -> None:
+    """Keeps the loop from running while the peer's thread reads: a socket with room
+    and a transport (or a send) that has not had its writable event yet."""
+    time.sleep(seconds)  # blocking is the point
+
+
 @pytest.fixture
 def no_general_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fails the test if send() goes past its quick path."""
@@ -214,6 +221,26 @@ async def test_send_small_response_in_one_call(
     assert await conn.received_after_close() == b"HEAD" + expected + b"AFTER"
 
 
+async def test_send_small_response_behind_queued_bytes(
+    connect: Callable[..., Any],
+    make_file: Callable[..., Path],
+    plain_transport: str,
+    writer_kind: str,
+    core: str,
+) -> None:
+    """The transport still holds bytes while its socket has room again: they go first."""
+    conn: Connection = await connect(plain_transport, writer_kind, reading=False, sndbuf=32 * 1024)
+    before = pattern(2 * 1024 * 1024, seed=3)
+    conn.write(before)
+    conn.peer.resume()
+    block_the_loop()  # the peer empties the socket; the transport cannot refill it
+    assert conn.transport.get_write_buffer_size() > 0
+    path = make_file(SMALL)
+    with path.open("rb") as f:
+        assert await aiosendfile.send(conn.writer, f, headers=b"HEAD") == SMALL
+    assert await conn.received_after_close() == before + b"HEAD" + path.read_bytes()
+
+
 DECLINED = ["over-max", "not-cached", "bytearray-header", "trailers", "progress", "tls"]
 
 
@@ -252,19 +279,19 @@ async def test_send_quick_path_waits_for_another_send(
     make_file: Callable[..., Path],
     plain_transport: str,
     core: str,
-    quick_results: list[Any],
 ) -> None:
-    """A small send behind a running one is queued in call order, not sent at once."""
+    """A small send while another waits on the same writer queues behind it, even
+    when the socket has room at that moment."""
     big, small = make_file(4 * 1024 * 1024, seed=1), make_file(SMALL, seed=2)
     conn: Connection = await connect(plain_transport, reading=False, sndbuf=32 * 1024)
     first = asyncio.ensure_future(aiosendfile.send(conn.writer, big))
     await asyncio.sleep(0.05)
     assert not first.done()
-    second = asyncio.ensure_future(aiosendfile.send(conn.writer, small, headers=b"2"))
-    await asyncio.sleep(0.05)
-    assert not second.done()
     conn.peer.resume()
-    assert await asyncio.gather(first, second) == [4 * 1024 * 1024, SMALL]
+    block_the_loop()  # the peer empties the socket; the first send cannot refill it
+    with small.open("rb") as f:
+        second = asyncio.ensure_future(aiosendfile.send(conn.writer, f, headers=b"2"))
+        assert await asyncio.gather(first, second) == [4 * 1024 * 1024, SMALL]
     assert await conn.received_after_close() == big.read_bytes() + b"2" + small.read_bytes()
 
 
