@@ -115,7 +115,9 @@ def resident(fd: int, offset: int, nbytes: int) -> int:
     in Python, it probes single bytes with preadv2(RWF_NOWAIT), which never waits
     for a disk, and bisects for the first page that is not cached (assuming what
     is cached is a prefix, as it is behind a sequential read).  Raises OSError when
-    the kernel cannot tell (no RWF_NOWAIT for this file).
+    the kernel cannot tell (no RWF_NOWAIT for this file).  A probe that misses
+    starts the kernel's readahead of a few pages, off the calling thread: harmless
+    to send(), which has a worker read the window in next anyway.
     """
     if nbytes < 0:
         raise ValueError("nbytes must be >= 0")

@@ -22,8 +22,11 @@ import io
 from typing import Any, NamedTuple
 
 from . import _core, _serial
+from ._zerocopy import MIN_SHARE
 
-QUICK_MAX_BYTES = 128 * 1024  # the zero-copy engine's smallest share of a loop pass
+# At most one writable event's smallest share: a quick send holds the loop no
+# longer than one step of the zero-copy engine may.
+QUICK_MAX_BYTES = MIN_SHARE
 
 # Transports that write straight to their own stream socket and never carry TLS
 # (TLS is a different transport class over them), by module and class name so

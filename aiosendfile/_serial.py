@@ -22,7 +22,7 @@ def busy(transport: object) -> bool:
 
 def claim_turn(transport: object) -> bool:
     """Takes the turn at once if nobody has it (then the caller must `end_turn()`)."""
-    if transport in _waiting:
+    if busy(transport):
         return False
     _waiting[transport] = collections.deque()  # ours; the deque holds later callers
     return True
