@@ -7,7 +7,6 @@ the loop) and paces them with the transport's flow control.
 from __future__ import annotations
 
 from ._chunks import ChunkReader
-from ._errors import transport_closing
 from ._transfer import Transfer
 
 DEFAULT_CHUNK_SIZE = 256 * 1024  # 16 KiB (asyncio's) is ~6x slower over TLS here
@@ -30,25 +29,27 @@ def get_chunk_size() -> int:
 
 
 async def send_buffered(transfer: Transfer) -> None:
-    transport = transfer.transport
-    if transfer.header:
-        transport.write(bytes(transfer.header))
-        transfer.header = transfer.header[len(transfer.header) :]
-    reader = ChunkReader(transfer.source, transfer.position, transfer.wanted(), _chunk_size)
+    transport, flow = transfer.transport, transfer.flow
+    flow.check_open()
+    flow.watch()  # a close or a reset ends the send at the next wait
+    reader = None
     try:
+        if transfer.header:
+            transport.write(bytes(transfer.header))
+            transfer.header = transfer.header[len(transfer.header) :]
+        reader = ChunkReader(transfer.source, transfer.position, transfer.wanted(), _chunk_size)
         while True:
             chunk = await reader.next_chunk()
             if not chunk:
                 break
-            if transport.is_closing():
-                raise transport_closing()
+            flow.check_open()
             transport.write(chunk)
             transfer.advance(len(chunk))
-            await transfer.flow.below_high_water()
+            await flow.below_high_water()
+        if transfer.trailer:
+            transport.write(bytes(transfer.trailer))
+            transfer.trailer = transfer.trailer[len(transfer.trailer) :]
     finally:
-        reader.close()
-    if transfer.trailer:
-        if transport.is_closing():
-            raise transport_closing()
-        transport.write(bytes(transfer.trailer))
-        transfer.trailer = transfer.trailer[len(transfer.trailer) :]
+        if reader is not None:
+            reader.close()
+        flow.unwatch()

@@ -25,28 +25,45 @@ MAX_JOBS = 4
 POPULATE_BUFFER = 1024 * 1024  # per worker thread, reused: the bytes are thrown away
 
 
+class _Job:
+    """One job waiting for a worker, and the descriptor it owns until it starts."""
+
+    __slots__ = ("fd", "result", "run")
+
+    def __init__(self, result: asyncio.Future[Any], run: Callable[[], Any], fd: int | None):
+        self.result = result
+        self.run = run
+        self.fd = fd  # a dup() the job closes once started; ours to close if it never starts
+
+
 class _JobQueue:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.running = 0
-        self.waiting: collections.deque[tuple[asyncio.Future[Any], Callable[[], Any]]] = (
-            collections.deque()
-        )
+        self.waiting: collections.deque[_Job] = collections.deque()
 
-    def submit(self, job: Callable[[], T]) -> asyncio.Future[T]:
+    def submit(self, run: Callable[[], T], owned_fd: int | None) -> asyncio.Future[T]:
         result: asyncio.Future[T] = self.loop.create_future()
-        self.waiting.append((result, job))
+        job = _Job(result, run, owned_fd)
+        if owned_fd is not None:
+            result.add_done_callback(functools.partial(_close_if_dropped, job))
+        self.waiting.append(job)
         self._start_more()
         return result
 
     def _start_more(self) -> None:
         while self.running < MAX_JOBS and self.waiting:
-            result, job = self.waiting.popleft()
-            if result.done():
+            job = self.waiting.popleft()
+            if job.result.done():
                 continue  # its send ended (cancelled) before the job could start
+            try:
+                running = self.loop.run_in_executor(None, job.run)
+            except RuntimeError as exc:  # the executor is shut down: the loop is closing
+                job.result.set_exception(exc)
+                continue  # the result's callback closes the job's descriptor
+            job.fd = None  # the job's own from now on: it closes it
             self.running += 1
-            running = self.loop.run_in_executor(None, job)
-            running.add_done_callback(functools.partial(self._finished, result))
+            running.add_done_callback(functools.partial(self._finished, job.result))
 
     def _finished(self, result: asyncio.Future[Any], running: asyncio.Future[Any]) -> None:
         self.running -= 1
@@ -61,28 +78,42 @@ class _JobQueue:
         self._start_more()
 
 
+def _close_if_dropped(job: _Job, result: asyncio.Future[Any]) -> None:
+    """A job cancelled before a worker took it: its dup() is closed now, not at some
+    later job's end (an open dup keeps a deleted file's disk space)."""
+    fd, job.fd = job.fd, None
+    if fd is not None:
+        os.close(fd)
+
+
 _queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _JobQueue] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def submit(job: Callable[[], T]) -> asyncio.Future[T]:
-    """Runs `job` in a worker thread, at most MAX_JOBS at a time on this loop."""
+def submit(job: Callable[[], T], *, owned_fd: int | None = None) -> asyncio.Future[T]:
+    """Runs `job` in a worker thread, at most MAX_JOBS at a time on this loop.
+
+    `owned_fd` is a descriptor the job closes when it runs; if the job is cancelled
+    before it starts, the queue closes it instead.
+    """
     loop = asyncio.get_running_loop()
     queue = _queues.get(loop)
     if queue is None:
         queue = _queues[loop] = _JobQueue(loop)
-    return queue.submit(job)
+    return queue.submit(job, owned_fd)
 
 
 def pread(fd: int, size: int, offset: int) -> asyncio.Future[bytes]:
     """os.pread in a worker, on a dup of `fd` that the worker closes."""
-    return submit(functools.partial(_pread_own_fd, os.dup(fd), size, offset))
+    own = os.dup(fd)
+    return submit(functools.partial(_pread_own_fd, own, size, offset), owned_fd=own)
 
 
 def populate(fd: int, offset: int, length: int) -> asyncio.Future[int]:
     """Reads a range into the page cache in a worker; the bytes read (short at EOF)."""
-    return submit(functools.partial(_populate_own_fd, os.dup(fd), offset, length))
+    own = os.dup(fd)
+    return submit(functools.partial(_populate_own_fd, own, offset, length), owned_fd=own)
 
 
 def _pread_own_fd(fd: int, size: int, offset: int) -> bytes:

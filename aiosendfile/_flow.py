@@ -1,17 +1,28 @@
-"""Waiting on a transport's own flow-control signals: never a sleep, never a poll.
+"""Waiting on a transport's own signals while a send is under way: never a sleep loop.
 
-Two waits, for the two paths:
-- `below_high_water()` paces the buffered path like StreamWriter.drain();
+While a send waits (for the socket, the disk, or the transport's buffer), a
+pass-through protocol sits in front of the application's, with the public
+set_protocol(): every call still reaches the application's protocol, and the
+send sees resume_writing() and connection_lost().  That is how a transport
+closed or aborted by another task ends a waiting send at once, instead of
+leaving it parked on a socket the send keeps alive with its own dup().
+
+A close() with bytes still queued says nothing to the protocol until they are
+flushed, so a waiting send also looks at is_closing() every CLOSE_CHECK_INTERVAL.
+Every wait ends with `check_open()`: after any await the transport may be
+gone, and its descriptor number may already belong to another connection or
+file, so nothing may touch the socket before that check.
+
+Two waits pace the writing:
+- `below_high_water()` paces the buffered path like StreamWriter.drain(), and
+  yields to the loop even when no wait is needed, so a peer's reset is seen
+  (asyncio's TLS transport silently drops writes once its socket failed, and
+  says so only on a later loop iteration);
 - `until_empty()` proves the transport has handed every queued byte to the
   kernel before sendfile(2) writes behind its back (the reordering aiohttp hit
   on uvloop: headers after the body, aiohttp#1093).  It lowers the write
   buffer limits to zero for the wait, so the transport pauses the protocol and
   resumes it exactly when its buffer is empty, then restores the limits.
-
-A StreamWriter already exposes its protocol's resume signal through drain().
-A bare transport's protocol is the application's, so while we wait we put a
-pass-through protocol in front of it to see resume_writing() and
-connection_lost(); every call still reaches the application's protocol.
 """
 
 from __future__ import annotations
@@ -21,24 +32,90 @@ from typing import Any
 
 from ._errors import transport_closing
 
+# close() of a transport that still holds bytes (waiting for them to flush, or a TLS
+# shutdown) tells the protocol nothing until the flush ends, which a stalled peer
+# never lets happen: a waiting send looks at is_closing() this often.
+CLOSE_CHECK_INTERVAL = 0.1
+
 
 class Flow:
-    """Flow control of one transport, seen through a StreamWriter or on its own."""
+    """Flow control and liveness of one transport, seen through a StreamWriter or on its own."""
 
     def __init__(self, transport: Any, writer: asyncio.StreamWriter | None) -> None:
         self.transport = transport
         self._writer = writer
         self.sock: Any = transport.get_extra_info("socket")  # None for some transports
+        self._watcher: _PassThrough | None = None
+
+    def watch(self) -> None:
+        """Puts the pass-through in front of the protocol; `unwatch()` on every exit path."""
+        if self._watcher is None:
+            inner = self.transport.get_protocol()
+            self._watcher = _watcher_for(inner)
+            self.transport.set_protocol(self._watcher)
+
+    def unwatch(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is None:
+            return
+        watcher.detached = True
+        if self.transport.get_protocol() is watcher:
+            self.transport.set_protocol(watcher.inner)
+        # Otherwise a later wrapper (a receive's) sits on top: ours stays in the chain
+        # as a plain pass-through rather than being pulled from under it.
+
+    def check_open(self) -> None:
+        """Raises if the transport is closing or its connection was lost: TransportClosingError
+        when it was closed on this side, the connection's own error when the peer broke it."""
+        watcher = self._watcher
+        if watcher is not None and watcher.lost is not None:
+            raise watcher.lost
+        if self.transport.is_closing():
+            raise transport_closing()
+
+    async def wait_for(self, event: asyncio.Future[Any]) -> None:
+        """Returns once `event` is done, or raises as soon as the transport closes.
+
+        `event` itself is left alone (its owner takes its result).  Needs `watch()`.
+        """
+        watcher = self._watcher
+        assert watcher is not None, "wait_for() needs watch()"
+        if not event.done():
+            loop = asyncio.get_running_loop()
+            waiter = loop.create_future()
+            check: asyncio.TimerHandle
+
+            def wake(_: object = None) -> None:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+            def look_for_close() -> None:
+                nonlocal check
+                if self.transport.is_closing():
+                    wake()
+                else:
+                    check = loop.call_later(CLOSE_CHECK_INTERVAL, look_for_close)
+
+            event.add_done_callback(wake)
+            watcher.waiters.add(waiter)
+            check = loop.call_later(CLOSE_CHECK_INTERVAL, look_for_close)
+            try:
+                await waiter
+            finally:
+                check.cancel()
+                event.remove_done_callback(wake)
+                watcher.waiters.discard(waiter)
+        self.check_open()
 
     async def below_high_water(self) -> None:
         """Returns once the transport accepts more data (what drain() does)."""
-        if self._writer is not None:
-            await self._writer.drain()
-            return
         _low, high = self.transport.get_write_buffer_limits()
         if self.transport.get_write_buffer_size() > high:
             # Over the mark means paused; resume_writing() comes at the low mark.
             await self._resumed()
+        else:
+            await asyncio.sleep(0)  # the loop runs: other connections, and news of a lost peer
+        self.check_open()
 
     async def until_empty(self) -> None:
         """Returns once the transport's write buffer is empty."""
@@ -49,27 +126,22 @@ class Flow:
         transport.set_write_buffer_limits(high=0, low=0)  # pauses now, resumes when empty
         try:
             while transport.get_write_buffer_size():
-                if transport.is_closing():
-                    raise transport_closing()
-                if self._writer is not None:
-                    await self._writer.drain()
-                else:
-                    await self._resumed()
+                self.check_open()
+                await self._resumed()
         finally:
             # gh-157025: a cancelled wait must leave the transport as it found it.
             if not transport.is_closing():
                 transport.set_write_buffer_limits(high=high, low=low)
+        self.check_open()
 
     async def _resumed(self) -> None:
-        transport = self.transport
-        inner = transport.get_protocol()
-        watcher = _watcher_for(inner)
-        transport.set_protocol(watcher)
+        watcher = self._watcher
+        assert watcher is not None, "waits need watch()"
+        watcher.resumed = asyncio.get_running_loop().create_future()
         try:
-            await watcher.resumed
+            await self.wait_for(watcher.resumed)
         finally:
-            if transport.get_protocol() is watcher:
-                transport.set_protocol(inner)
+            watcher.resumed = None
 
 
 class _PassThrough:
@@ -77,7 +149,10 @@ class _PassThrough:
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
-        self.resumed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.resumed: asyncio.Future[None] | None = None  # armed while a wait needs it
+        self.waiters: set[asyncio.Future[None]] = set()  # woken when the connection is lost
+        self.lost: ConnectionError | None = None
+        self.detached = False  # the send is over: only pass calls on
 
     def connection_made(self, transport: Any) -> None:
         self.inner.connection_made(transport)
@@ -86,13 +161,16 @@ class _PassThrough:
         self.inner.pause_writing()
 
     def resume_writing(self) -> None:
-        if not self.resumed.done():
+        if self.resumed is not None and not self.resumed.done():
             self.resumed.set_result(None)
         self.inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self.resumed.done():
-            self.resumed.set_exception(exc or ConnectionResetError("Connection lost"))
+        if not self.detached:
+            self.lost = _as_connection_error(exc)
+            for waiter in self.waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
         self.inner.connection_lost(exc)
 
     def eof_received(self) -> bool | None:
@@ -101,6 +179,18 @@ class _PassThrough:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+def _as_connection_error(exc: Exception | None) -> ConnectionError:
+    """What a send raises for connection_lost(exc): None means closed or aborted on this
+    side; anything else is the peer's doing (a reset, a TLS alert...)."""
+    if exc is None:
+        return transport_closing()
+    if isinstance(exc, ConnectionError):
+        return exc
+    lost = ConnectionResetError(f"Connection lost: {exc!r}")
+    lost.__cause__ = exc
+    return lost
 
 
 class _Watcher(_PassThrough, asyncio.Protocol):

@@ -1,11 +1,15 @@
 """The zero-copy engine: the file's bytes go from the page cache to the socket.
 
 Drives the core (one call per writable event, the core itself looping until
-the socket is full) on a duplicate of the transport's descriptor: the loop
-refuses a second registration of the transport's own fd, on asyncio and
-uvloop alike, while a dup() can be watched (shared/NOTES.md).  Before every
-call the transport's own write buffer must be empty, so nothing it queued
-earlier can be overtaken.
+the socket is full).  Only the first step, taken in the tick where the
+transport was found open, uses the transport's descriptor; once the send has
+to wait, every call goes to a dup() of its own.  That dup is what the loop
+watches (both loops refuse a second registration of the transport's own fd),
+and it guarantees the send never writes to a descriptor number that a closed
+transport gave back and another connection or file now holds.  A close or a
+reset ends every wait at once (_flow.Flow.wait_for), and the dup is closed
+with it, so the connection really closes.  Before every call the transport's
+own write buffer must be empty, so nothing it queued earlier can be overtaken.
 
 Two things keep the loop free for everyone else:
 - the disk: sendfile(2) sleeps in the calling thread when a page is not in
@@ -29,7 +33,9 @@ from ._transfer import Transfer
 LOOP_BUDGET = 4 * 1024 * 1024  # bytes all of a loop's sends move in one pass
 MIN_SHARE = 128 * 1024  # below this, per-call costs would dominate
 READ_AHEAD = 4 * 1024 * 1024  # residency window, and the size of one disk read
-_UNKNOWN_END = 1 << 62  # a file that reports size 0 (procfs, sysfs): send to EOF
+# The largest file offset (off_t): a file that reports size 0 (procfs, sysfs) is sent
+# to EOF, and no offset goes past this.
+_MAX_OFFSET = (1 << 63) - 1
 
 # Sends waiting on each loop (a plain dict: an entry lives only while its count is > 0).
 _sends_per_loop: dict[asyncio.AbstractEventLoop, int] = {}
@@ -39,12 +45,17 @@ class ZeroCopyRefused(Exception):
     """The kernel refused sendfile(2) for this file before any file byte went."""
 
 
-def start_zerocopy(transfer: Transfer, out_fd: int) -> _Engine:
+def start_zerocopy(transfer: Transfer, sock_fd: int) -> _Engine:
     """Starts sending what `transfer` owes with the core, in this very call when the
     transport has nothing queued; `finish()` the engine unless it is `finished`.
-    Raises ZeroCopyRefused to hand over to the buffered path."""
+
+    `sock_fd` is the transport's own descriptor, checked open by the caller with
+    no await since: it is used for this first step only, and `finish()` (called
+    at once, before any await) takes a dup() of its own for everything after.
+    Raises ZeroCopyRefused to hand over to the buffered path.
+    """
     assert transfer.source.fd is not None
-    engine = _Engine(transfer, out_fd, transfer.source.fd)
+    engine = _Engine(transfer, sock_fd, transfer.source.fd)
     if not transfer.transport.get_write_buffer_size():
         try:
             engine.step()  # most responses go whole here, without touching the loop
@@ -59,14 +70,16 @@ class _Engine:
     def __init__(self, transfer: Transfer, out_fd: int, in_fd: int) -> None:
         self.transfer = transfer
         self.out_fd = out_fd
+        self.owns_out_fd = False  # True once out_fd is our own dup()
         self.in_fd = in_fd
         self.loop = asyncio.get_running_loop()
-        known = transfer.count is not None
-        self.end = transfer.offset + transfer.count if known else _UNKNOWN_END  # type: ignore[operator]
-        self.finished = transfer.count == 0
+        end = _MAX_OFFSET if transfer.count is None else transfer.offset + transfer.count
+        self.end = min(end, _MAX_OFFSET)
+        self.finished = transfer.count == 0 or transfer.offset >= self.end
         # Bytes before `cached_until` were found in the page cache (or read in).
         self.cached_until = transfer.offset
-        self.check_cache = known  # pseudo-files of unknown size are not on a disk
+        # Pseudo-files of unknown size are not on a disk.
+        self.check_cache = transfer.count is not None
         self.cache_unknown = False  # the residency check failed once: read everything in
         self.disk_read: asyncio.Future[int] | None = None
         self._disk_read_start = 0
@@ -74,15 +87,22 @@ class _Engine:
 
     async def finish(self) -> None:
         """Sends the rest, waiting on the loop for the socket, the disk, or bytes the
-        transport queued meanwhile."""
+        transport queued meanwhile; raises as soon as the transport closes."""
+        # Still the tick in which the caller found the transport open: the dup is of
+        # its socket.  From here on no call touches the transport's descriptor number,
+        # which another connection or file may own once the transport is closed.
+        self.out_fd = os.dup(self.out_fd)
+        self.owns_out_fd = True
         transfer = self.transfer
+        flow = transfer.flow
         _sends_per_loop[self.loop] = _sends_per_loop.get(self.loop, 0) + 1
         try:
+            flow.watch()  # so a close or a reset ends every wait below at once
             while not self.finished:
                 if self.waiting_for_disk:
                     await self.wait_for_disk()
                 if transfer.transport.get_write_buffer_size():
-                    await transfer.flow.until_empty()
+                    await flow.until_empty()
                 try:
                     self.step()
                 except BlockingIOError:
@@ -179,6 +199,9 @@ class _Engine:
         self.disk_read.add_done_callback(self._disk_read_done)
 
     def _disk_read_done(self, read: asyncio.Future[int]) -> None:
+        if read is not self.disk_read:
+            return  # already taken by wait_for_disk()
+        self.disk_read = None
         if read.cancelled() or read.exception() is not None:
             self.check_cache = False  # sendfile(2) will meet the error itself, if any
         else:
@@ -186,27 +209,26 @@ class _Engine:
             if got == 0:
                 self.check_cache = False  # end of file: let sendfile(2) say so
             self.cached_until = max(self.cached_until, self._disk_read_start + got)
-        self.disk_read = None
 
     async def wait_for_disk(self) -> None:
         read = self.disk_read
         if read is not None:
-            await asyncio.wait([read])  # its result is taken by _disk_read_done
+            await self.transfer.flow.wait_for(read)
+            self._disk_read_done(read)  # now, not on a later iteration: the loop may not wait
 
     async def run_on_loop(self) -> None:
         """Steps on each writable event until finished, the next bytes are not
         cached yet, or the transport has queued bytes of its own (then the
         caller waits for those first)."""
-        self._done = self.loop.create_future()
-        watched_fd = os.dup(self.out_fd)
+        done = self._done = self.loop.create_future()
+        self.loop.add_writer(self.out_fd, self._on_writable)
         try:
-            self.loop.add_writer(watched_fd, self._on_writable)
-            try:
-                await self._done
-            finally:
-                self.loop.remove_writer(watched_fd)
+            await self.transfer.flow.wait_for(done)
         finally:
-            os.close(watched_fd)
+            self.loop.remove_writer(self.out_fd)
+            if done.done() and not done.cancelled():
+                done.exception()  # retrieved here; raised below unless the wait raised
+        done.result()
 
     def _on_writable(self) -> None:
         done = self._done
@@ -232,6 +254,11 @@ class _Engine:
             done.set_result(None)  # a disk wait is not a socket wait: stop watching
 
     def close(self) -> None:
-        """Drops a disk read that has not started (a running one ends on its own fd)."""
+        """Drops a disk read that has not started (a running one ends on its own fd),
+        closes our dup of the socket and takes the pass-through protocol out."""
         if self.disk_read is not None:
             self.disk_read.cancel()
+        if self.owns_out_fd:
+            self.owns_out_fd = False
+            os.close(self.out_fd)
+        self.transfer.flow.unwatch()
