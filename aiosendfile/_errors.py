@@ -47,11 +47,13 @@ class Action(enum.Enum):
 
 # sendfile(2) refuses the file or the descriptor pair; asyncio's
 # _sock_sendfile_native_impl falls back on these too, when no byte has gone.
+# EOVERFLOW: a range past what the file's filesystem addresses (a procfs file at
+# an offset near 2**63), where the buffered path's read answers end of file.
 _REFUSED = frozenset(
     code
     for code in (
         getattr(errno, name, None)
-        for name in ("EINVAL", "ENOSYS", "EOPNOTSUPP", "ENOTSUP", "ENOTSOCK")
+        for name in ("EINVAL", "ENOSYS", "EOPNOTSUPP", "ENOTSUP", "ENOTSOCK", "EOVERFLOW")
     )
     if code is not None
 )

@@ -22,6 +22,7 @@ import io
 from typing import Any, NamedTuple
 
 from . import _core, _serial
+from ._transfer import MAX_FILE_POSITION
 from ._zerocopy import MIN_SHARE
 
 # At most one writable event's smallest share: a quick send holds the loop no
@@ -57,10 +58,13 @@ def send_quick(writer: Any, file: Any, offset: Any, count: Any, headers: Any) ->
     docstring); None when it does not, having sent nothing."""
     if type(file) not in _READABLE_FILE_TYPES or file.closed:
         return None
-    if type(offset) is not int or offset < 0:
+    if type(offset) is not int or not 0 <= offset <= MAX_FILE_POSITION:
         return None
-    if count is not None and (type(count) is not int or count < 0):
-        return None
+    if count is not None:
+        if type(count) is not int or count < 0:
+            return None
+        if count > MAX_FILE_POSITION:
+            count = None  # more than any file holds: to the end
     if headers is None:
         header = b""
     elif type(headers) is bytes:
@@ -72,6 +76,8 @@ def send_quick(writer: Any, file: Any, offset: Any, count: Any, headers: Any) ->
         return None
     if transport.is_closing() or transport.get_write_buffer_size() or _serial.busy(transport):
         return None
+    if type(file) is io.BufferedRandom:
+        file.flush()  # the application's own unflushed writes are part of the file
     try:
         result = _core.sendfile_cached(
             transport.get_extra_info("socket").fileno(),

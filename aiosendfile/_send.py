@@ -15,7 +15,7 @@ from ._flow import Flow
 from ._quick import send_quick
 from ._serial import claim_turn, end_turn, take_turn
 from ._source import Source, open_source
-from ._transfer import Progress, Transfer
+from ._transfer import MAX_FILE_POSITION, Progress, Transfer
 from ._zerocopy import ZeroCopyRefused, start_zerocopy
 
 log = logging.getLogger("aiosendfile")
@@ -50,7 +50,7 @@ async def send(
 ) -> int:
     """Sends `count` bytes of `file` from `offset` down `writer`; returns the file bytes sent.
 
-    See the README (and shared/API.md) for the full contract.
+    See the README for the full contract.
     """
     if trailers is None and progress is None:
         quick = send_quick(writer, file, offset, count, headers)
@@ -69,6 +69,8 @@ async def send(
             return quick.file_bytes + rest
     flow = _flow_of(writer)
     _check_range(offset, count)
+    if count is not None and count > MAX_FILE_POSITION:
+        count = None  # more than any file holds: to the end, as asyncio takes it
     header = _join_buffers("headers", headers)
     trailer = _join_buffers("trailers", trailers)
     if progress is not None and not callable(progress):
@@ -80,6 +82,8 @@ async def send(
             raise transport_closing()
         if offset and not source.seekable:
             raise ValueError(f"offset must be 0 for a file that cannot seek (got {offset})")
+        if source.size is not None and offset > source.size:
+            _check_reachable(source, offset)
         choice = _choose(flow, source)
         if choice.path == "buffered" and not fallback:
             raise SendfileNotAvailableError(f"zero-copy is not possible: {choice.reason}")
@@ -181,6 +185,11 @@ def check_stream_transport(
 ) -> Any:
     """RuntimeError ("not supported") for a datagram transport, TypeError for an object
     without `methods`; returns the transport's socket (None for some transports)."""
+    if _is_socket_object(transport):
+        raise TypeError(
+            f"writer must be an asyncio.StreamWriter or a {kind} transport, not the "
+            f"socket object {type(writer).__name__}: pass the transport that owns it"
+        )
     if isinstance(transport, asyncio.DatagramTransport) or hasattr(transport, "sendto"):
         raise RuntimeError(f"{doing} a file is not supported on datagram transport {transport!r}")
     if not all(callable(getattr(transport, name, None)) for name in methods):
@@ -194,12 +203,24 @@ def check_stream_transport(
     return sock
 
 
+def _is_socket_object(obj: object) -> bool:
+    """A socket, or the stand-in a transport hands out for its own (asyncio's
+    TransportSocket, uvloop's PseudoSocket): a family and a fileno, no write()."""
+    return isinstance(obj, socket.socket) or (
+        hasattr(obj, "family") and hasattr(obj, "fileno") and not hasattr(obj, "write")
+    )
+
+
 def _check_range(offset: object, count: object) -> None:
     # asyncio.loop.sendfile's checks and messages, but count=0 is allowed.
     if not isinstance(offset, int) or isinstance(offset, bool):
         raise TypeError(f"offset must be a non-negative integer (got {offset!r})")
     if offset < 0:
         raise ValueError(f"offset must be a non-negative integer (got {offset!r})")
+    if offset > MAX_FILE_POSITION:
+        raise ValueError(
+            f"offset must be at most 2**63 - 1, the largest file position (got {offset})"
+        )
     if count is not None:
         if not isinstance(count, int) or isinstance(count, bool):
             raise TypeError(f"count must be a non-negative integer or None (got {count!r})")
@@ -207,19 +228,50 @@ def _check_range(offset: object, count: object) -> None:
             raise ValueError(f"count must be a non-negative integer or None (got {count!r})")
 
 
+def _check_reachable(source: Source, offset: int) -> None:
+    """An offset past the end sends no file byte but is where the file's position ends
+    up: a filesystem that cannot seek there (ext4 past 16 TiB) is refused up front."""
+    here = source.file.tell()
+    try:
+        source.file.seek(offset)
+    except OSError as exc:
+        raise ValueError(
+            f"offset {offset} is past the largest position this file's filesystem allows"
+        ) from exc
+    finally:
+        source.file.seek(here)
+
+
 def _join_buffers(name: str, value: object) -> bytes:
     """headers/trailers: None, one bytes-like object, or a sequence of them."""
     if value is None:
         return b""
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value)
-    if isinstance(value, str) or not isinstance(value, Sequence):
-        raise TypeError(
-            f"{name} must be a bytes-like object or a sequence of them, not {type(value).__name__}"
-        )
+    if isinstance(value, str):
+        raise TypeError(f"{name} must be a bytes-like object or a sequence of them, not str")
+    if type(value) is bytes:
+        return value
+    try:
+        view = memoryview(value)  # type: ignore[arg-type]
+    except TypeError:
+        if not isinstance(value, Sequence):
+            raise TypeError(
+                f"{name} must be a bytes-like object or a sequence of them, "
+                f"not {type(value).__name__}"
+            ) from None
+    else:
+        return _contiguous_bytes(name, view)
     parts = []
     for part in value:
-        if not isinstance(part, (bytes, bytearray, memoryview)):
-            raise TypeError(f"{name} items must be bytes-like, not {type(part).__name__}")
-        parts.append(part)
+        try:
+            view = memoryview(part)
+        except TypeError:
+            raise TypeError(f"{name} items must be bytes-like, not {type(part).__name__}") from None
+        parts.append(_contiguous_bytes(f"{name} items", view))
     return b"".join(parts)
+
+
+def _contiguous_bytes(name: str, view: memoryview) -> bytes:
+    """The bytes of any bytes-like object (bytes, bytearray, array, mmap...), in order."""
+    if not view.c_contiguous:
+        raise TypeError(f"{name} must be C-contiguous bytes-like objects (got a strided view)")
+    return view.tobytes()

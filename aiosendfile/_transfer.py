@@ -15,6 +15,9 @@ from ._source import Source
 
 Progress = Callable[[int, "int | None"], object]
 
+# The largest file position (off_t): no file has a byte past it.
+MAX_FILE_POSITION = (1 << 63) - 1
+
 
 class Transfer:
     def __init__(
@@ -34,6 +37,8 @@ class Transfer:
         # File bytes to send: known for regular files (short files stop early),
         # None for "until the reader runs dry" (pipes and the like).
         self.total = source.expected(offset, count)
+        if offset >= MAX_FILE_POSITION:
+            self.total = 0  # a file of unknown size (procfs) has no byte there either
         self.count = count if self.total is None else self.total
         self.header = memoryview(header)  # what is still owed of it
         self.trailer = memoryview(trailer)

@@ -28,14 +28,11 @@ import os
 
 from . import _core, _disk
 from ._errors import Action, classify, transport_closing
-from ._transfer import Transfer
+from ._transfer import MAX_FILE_POSITION, Transfer
 
 LOOP_BUDGET = 4 * 1024 * 1024  # bytes all of a loop's sends move in one pass
 MIN_SHARE = 128 * 1024  # below this, per-call costs would dominate
 READ_AHEAD = 4 * 1024 * 1024  # residency window, and the size of one disk read
-# The largest file offset (off_t): a file that reports size 0 (procfs, sysfs) is sent
-# to EOF, and no offset goes past this.
-_MAX_OFFSET = (1 << 63) - 1
 
 # Sends waiting on each loop (a plain dict: an entry lives only while its count is > 0).
 _sends_per_loop: dict[asyncio.AbstractEventLoop, int] = {}
@@ -73,8 +70,9 @@ class _Engine:
         self.owns_out_fd = False  # True once out_fd is our own dup()
         self.in_fd = in_fd
         self.loop = asyncio.get_running_loop()
-        end = _MAX_OFFSET if transfer.count is None else transfer.offset + transfer.count
-        self.end = min(end, _MAX_OFFSET)
+        # A file that reports size 0 (procfs, sysfs) is sent to its end of file.
+        end = MAX_FILE_POSITION if transfer.count is None else transfer.offset + transfer.count
+        self.end = min(end, MAX_FILE_POSITION)
         self.finished = transfer.count == 0 or transfer.offset >= self.end
         # Bytes before `cached_until` were found in the page cache (or read in).
         self.cached_until = transfer.offset

@@ -15,8 +15,9 @@ typedef struct {
 } asf_cached_request;
 
 /*
- * Checks, then sends: in_fd must be a regular file that reports a size, and
- * the range it owes from the offset (count clamped to the end of file) must
+ * Checks, then sends: in_fd must be a regular file that reports a size, the
+ * offset must not be past its end, and the range it owes from the offset
+ * (count clamped to the end of file) must
  * hold at most max_bytes, every one of them in the page cache.  Then the step
  * is asf_sendfile() of header + that range, and `taken` is set.  Otherwise
  * nothing is written, `taken` stays 0, and the result is 0.

@@ -8,7 +8,8 @@
 
 #include "asf_residency.h"
 
-/* The file bytes a regular file owes from `offset`, or -1 when its size is not known. */
+/* The file bytes a regular file owes from `offset`; -1 when its size is not known
+ * or `offset` is past its end. */
 static long long bytes_owed(int fd, off_t offset, long long count)
 {
     struct stat st;
@@ -17,7 +18,10 @@ static long long bytes_owed(int fd, off_t offset, long long count)
     /* procfs and sysfs report size 0 for files with content: not known. */
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0)
         return -1;
-    left = st.st_size > offset ? (long long)(st.st_size - offset) : 0;
+    /* Past the end: the general path checks the file can take that position. */
+    if (offset > st.st_size)
+        return -1;
+    left = (long long)(st.st_size - offset);
     return (count >= 0 && count < left) ? count : left;
 }
 

@@ -234,7 +234,19 @@ BAD_INPUTS: dict[str, tuple[type[BaseException], Callable[[Any, Path, ExitStack]
     "directory": (IsADirectoryError, lambda w, p, s: aiosendfile.send(w, p.parent)),
     "progress": (TypeError, lambda w, p, s: aiosendfile.send(w, p, progress=5)),
     "not-a-writer": (TypeError, lambda w, p, s: aiosendfile.send(object(), p)),
+    # The transport's socket object (uvloop's is a PseudoSocket, with a sendto()) is not a
+    # writer, and not a datagram transport either.
+    "socket-as-writer": (TypeError, lambda w, p, s: aiosendfile.send(_socket_of(w), p)),
+    "non-contiguous-header": (
+        TypeError,
+        lambda w, p, s: aiosendfile.send(w, p, headers=[b"a", memoryview(b"abcdef")[::2]]),
+    ),
 }
+
+
+def _socket_of(writer: Any) -> Any:
+    transport = writer.transport if isinstance(writer, asyncio.StreamWriter) else writer
+    return transport.get_extra_info("socket")
 
 
 def _closed(path: Path) -> Any:
@@ -256,6 +268,35 @@ async def test_send_bad_input(
         await call(conn.writer, path, stack)
     conn.write(b"end")
     assert await conn.received_after_close() == b"end"
+
+
+@pytest.mark.parametrize(
+    ("headers", "message"),
+    [
+        ([memoryview(b"abcdef")[::2]], "contiguous"),
+        (memoryview(b"abcdef")[::2], "contiguous"),
+        ([b"a", 5], "items must be bytes-like, not int"),
+        ("GET /", "not str"),
+    ],
+)
+async def test_send_bad_header_messages(
+    connect: Callable[..., Any], tmp_path: Path, headers: Any, message: str
+) -> None:
+    """Refused headers say what was wrong with them."""
+    path = tmp_path / "good.bin"
+    path.write_bytes(b"x" * 100)
+    conn: Connection = await connect("tcp")
+    with pytest.raises(TypeError, match=message):
+        await aiosendfile.send(conn.writer, path, headers=headers)
+
+
+async def test_send_socket_as_writer_message(connect: Callable[..., Any], tmp_path: Path) -> None:
+    """The transport's socket object is named for what it is, not a datagram transport."""
+    path = tmp_path / "good.bin"
+    path.write_bytes(b"x")
+    conn: Connection = await connect("tcp")
+    with pytest.raises(TypeError, match=r"writer must be an asyncio\.StreamWriter"):
+        await aiosendfile.send(_socket_of(conn.writer), path)
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")

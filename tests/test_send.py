@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import array
 import asyncio
 import io
+import mmap
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +18,14 @@ import aiosendfile
 from .conftest import Connection, expected_path, pattern
 
 SIZE = 256 * 1024 + 1  # just over a buffer size: partial sends and EAGAIN happen (CPython's choice)
+
+
+def mmap_of(data: bytes) -> mmap.mmap:
+    """An anonymous mapping holding `data`: a bytes-like object that is not bytes."""
+    mapped = mmap.mmap(-1, len(data))
+    mapped.write(data)
+    return mapped
+
 
 RANGES = [
     (0, None),
@@ -96,6 +106,9 @@ HEADER_FORMS = {
     "bytearray": (bytearray(b"GET"), bytearray(b"END")),
     "memoryview": (memoryview(b"xGETx")[1:4], memoryview(b"END")),
     "list": ([b"G", bytearray(b"E"), memoryview(b"T")], (b"E", b"ND")),
+    # Any bytes-like object (the buffer protocol), as the README says: not only bytes.
+    "array": (array.array("B", b"GET"), [array.array("b", b"EN"), mmap_of(b"D")]),
+    "mmap": (mmap_of(b"GET"), mmap_of(b"END")),
     "empty-list": ([], []),
     "none": (None, None),
 }
@@ -280,3 +293,70 @@ async def test_send_bytesio_and_aiofiles(
         assert await aiosendfile.send(conn.writer, af, 7) == SIZE - 7
         assert await af.tell() == SIZE
     assert await conn.received_after_close() == data[:1000] + data[7:]
+
+
+OFF_T_MAX = 2**63 - 1
+
+
+@pytest.mark.parametrize("count", [OFF_T_MAX, 2**63, 2**64, 10**30])
+@pytest.mark.parametrize("given", ["file", "path"])
+async def test_send_count_larger_than_any_file(
+    connect: Callable[..., Any],
+    make_file: Callable[..., Path],
+    transport_kind: str,
+    core: str,
+    given: str,
+    count: int,
+) -> None:
+    """A count no file can hold means "to the end", as asyncio takes it: one answer on
+    every path and core (the quick route once raised OverflowError for 2**63)."""
+    path = make_file(5000)
+    conn: Connection = await connect(transport_kind)
+    with path.open("rb") as f:
+        file: Any = f if given == "file" else path
+        assert await aiosendfile.send(conn.writer, file, 100, count, headers=b"H") == 4900
+        if given == "file":
+            assert f.tell() == 5000
+    assert await conn.received_after_close() == b"H" + path.read_bytes()[100:]
+
+
+def seekable_to(path: Path, offset: int) -> bool:
+    """Whether the file's filesystem lets its position go to `offset` (ext4: 16 TiB)."""
+    with path.open("rb") as f:
+        try:
+            f.seek(offset)
+        except (OSError, OverflowError, ValueError):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("offset", [2**44 + 1, 2**62 + 1, OFF_T_MAX, 2**63, 2**64])
+@pytest.mark.parametrize("given", ["file", "path", "procfs"])
+async def test_send_offset_past_any_file(
+    connect: Callable[..., Any],
+    make_file: Callable[..., Path],
+    transport_kind: str,
+    core: str,
+    given: str,
+    offset: int,
+) -> None:
+    """An offset past the end sends no file byte (the header still goes), whatever the
+    file reports: a regular file, or a procfs file whose size reads 0 (sent to EOF);
+    the file's position ends there.  An offset that is no file position at all (past
+    2**63 - 1), or one the file's filesystem cannot seek to, is a ValueError before
+    anything is sent; one answer on every path and core."""
+    path = Path("/proc/self/status") if given == "procfs" else make_file(5000)
+    conn: Connection = await connect(transport_kind)
+    with path.open("rb") as f:
+        file: Any = path if given == "path" else f
+        if offset > OFF_T_MAX or not seekable_to(path, offset):
+            with pytest.raises(ValueError, match="offset"):
+                await aiosendfile.send(conn.writer, file, offset, headers=b"H")
+            assert f.tell() == 0
+        else:
+            assert await aiosendfile.send(conn.writer, file, offset, headers=b"H") == 0
+            conn.write(b"H")
+            if given == "file":
+                assert f.tell() == offset
+    conn.write(b"end")
+    assert await conn.received_after_close() in (b"end", b"HHend")
