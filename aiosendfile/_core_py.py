@@ -78,8 +78,9 @@ def sendfile_cached(
 ) -> tuple[int, int] | None:
     """A whole small response from the page cache in one call, or None having sent nothing.
 
-    The twin of aiosendfile._core_c.sendfile_cached: a regular file of known size,
-    at most max_bytes owed from offset, every one of them cached, then one step.
+    The twin of aiosendfile._core_c.sendfile_cached: a regular file of known size, an
+    offset not past its end, at most max_bytes owed from offset, every one of them
+    cached, then one step.
     """
     _check_arguments(offset, 0, out=out, in_=in_)
     _check_optional("count", count)
@@ -90,7 +91,9 @@ def sendfile_cached(
     st = os.fstat(in_)
     if not stat.S_ISREG(st.st_mode) or st.st_size <= 0:
         return None  # size 0 is what procfs and sysfs report for files with content
-    nbytes = max(0, st.st_size - offset)
+    if offset > st.st_size:
+        return None  # past the end: the general path checks the file can take that position
+    nbytes = st.st_size - offset
     if count is not None:
         nbytes = min(nbytes, count)
     if nbytes > max_bytes:
