@@ -53,10 +53,10 @@ def sendfile(
     with _SigpipeGuard():
         step = _Step(out, in_, offset, nbytes)
         try:
-            step.write(header, more_follows=nbytes > 0 or len(trailer) > 0)
-            step.send_file()
-            if step.file_sent == nbytes:
-                step.write(trailer, more_follows=False)
+            # Each write stops the step when it comes back short, as in the C core.
+            if step.write(header, more_follows=nbytes > 0 or len(trailer) > 0):
+                if step.send_file():
+                    step.write(trailer, more_follows=False)
         except OSError:
             if step.written == 0:
                 raise
@@ -158,14 +158,17 @@ class _Step:
         self.file_sent = 0
         self._sock: socket.socket | None = None
         self._is_socket = True
-        self.header_held = False  # the last header/trailer write used MSG_MORE
+        self.header_held = False  # the last header/trailer bytes went with MSG_MORE
 
-    def write(self, data: memoryview, *, more_follows: bool) -> None:
-        done = 0
-        while done < len(data):
-            n = self._write_some(data[done:], more_follows)
-            done += n
-            self.written += n
+    def write(self, data: memoryview, *, more_follows: bool) -> bool:
+        """One write of data; whether all of it went (short: a signal, or a full fd)."""
+        if not data:
+            return True
+        n = self._write_some(data, more_follows)
+        self.written += n
+        if n and self._is_socket:
+            self.header_held = more_follows
+        return n == len(data)
 
     def _write_some(self, data: memoryview, more_follows: bool) -> int:
         if self._is_socket:
@@ -176,7 +179,6 @@ class _Step:
                     raise
                 self._is_socket = False  # sendfile(2) also writes to pipes and files
             else:
-                self.header_held = more_follows
                 return sock.send(data, _MSG_NOSIGNAL | (_MSG_MORE if more_follows else 0))
         return os.write(self.out, data)
 
@@ -205,17 +207,21 @@ class _Step:
         except OSError:
             pass  # not TCP (a Unix socket): nothing is ever held
 
-    def send_file(self) -> None:
+    def send_file(self) -> bool:
+        """Up to nbytes file bytes; whether all went.  Stops at the first short count:
+        on a blocking fd a signal cut it short and its handler must run before we go
+        on; on a non-blocking one the fd is full and another call would get EAGAIN."""
         while self.file_sent < self.nbytes:
             chunk = min(self.nbytes - self.file_sent, _MAX_SYSCALL_BYTES)
             if self.offset is None:
                 n = os.sendfile(self.out, self.in_, None, chunk)
             else:
                 n = os.sendfile(self.out, self.in_, self.offset + self.file_sent, chunk)
-            if n == 0:
-                return  # end of file: shorter than asked
             self.file_sent += n
             self.written += n
+            if n < chunk:
+                return False  # end of file shows as 0 on the caller's next call
+        return True
 
     def close(self) -> None:
         if self._sock is not None:

@@ -23,9 +23,11 @@ typedef struct {
 
 /*
  * Writes header, then up to nbytes file bytes, then the trailer once every
- * file byte has gone, looping until done, end of file, or the descriptor
- * would block.  SIGPIPE raised by these calls is swallowed: sendfile(2) has
- * no MSG_NOSIGNAL, and the kernel raises it on a reset even when the call
+ * file byte has gone, looping until done, end of file, the descriptor would
+ * block, or a call comes back short: on a blocking descriptor that is a
+ * signal, whose handler must run before the caller resumes from the count.
+ * SIGPIPE raised by these calls is swallowed: sendfile(2) has no
+ * MSG_NOSIGNAL, and the kernel raises it on a reset even when the call
  * returns a partial count.
  *
  * Returns the bytes written (header + file + trailer), 0 at end of file with

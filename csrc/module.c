@@ -88,7 +88,9 @@ PyDoc_STRVAR(sendfile_doc,
 \n\
 One non-blocking step: write header, then up to nbytes bytes of in_ from\n\
 offset with sendfile(2), then trailer once all nbytes file bytes have gone in\n\
-this call. Loops in C until done, end of file, or the socket would block.\n\
+this call. Loops in C until done, end of file, the socket would block, or a\n\
+call comes back short (on a blocking socket, a signal: its handler runs as\n\
+this returns, and the caller resumes from the count).\n\
 \n\
 out and in_ are file descriptors. offset None reads from (and advances)\n\
 in_'s own position. Returns the bytes written (header + file + trailer, in\n\
@@ -149,8 +151,8 @@ PyDoc_STRVAR(sendfile_cached_doc,
     -> (nbytes, written) or None\n\
 \n\
 A whole small response in one call, for send()'s quick path. in_ must be a\n\
-regular file that reports its size (fstat), and the nbytes it owes from\n\
-offset (count, or None for the rest of the file, clamped to the end of file)\n\
+regular file that reports its size (fstat), offset not past its end, and\n\
+the nbytes it owes from offset (count, or None for the rest of the file, clamped to the end of file)\n\
 must be at most max_bytes, every one of them in the page cache (cachestat).\n\
 Then it is one sendfile() step of header + those nbytes, and the result is\n\
 nbytes and the step's count; otherwise None, having written nothing. OSError\n\

@@ -71,28 +71,22 @@ static void sigpipe_restore(const sigpipe_guard *guard)
 
 /* --- header and trailer --- */
 
-/* Writes buf[*done:len] until done or the fd would block; 0, or -errno. */
-static int write_bytes(int fd, const char *buf, size_t len, size_t *done,
-                       int more_follows, int *is_socket)
+/* One write of buf[0:len]: the count (short after a signal or on a full socket), or -errno. */
+static ssize_t write_bytes(int fd, const char *buf, size_t len, int more_follows,
+                           int *is_socket)
 {
-    while (*done < len) {
-        ssize_t n;
-        if (*is_socket) {
-            int flags = MSG_NOSIGNAL | (more_follows ? MSG_MORE : 0);
-            n = send(fd, buf + *done, len - *done, flags);
-            if (n < 0 && errno == ENOTSOCK) {
-                *is_socket = 0;  /* sendfile(2) also writes to pipes and files */
-                continue;
-            }
-        }
-        else {
-            n = write(fd, buf + *done, len - *done);
-        }
-        if (n < 0)
-            return -errno;
-        *done += (size_t)n;
+    ssize_t n;
+
+    if (len == 0)
+        return 0;
+    if (*is_socket) {
+        n = send(fd, buf, len, MSG_NOSIGNAL | (more_follows ? MSG_MORE : 0));
+        if (n >= 0 || errno != ENOTSOCK)
+            return n < 0 ? -errno : n;
+        *is_socket = 0;  /* sendfile(2) also writes to pipes and files */
     }
-    return 0;
+    n = write(fd, buf, len);
+    return n < 0 ? -errno : n;
 }
 
 /* A header sent with MSG_MORE waits for more bytes; when none followed in
@@ -110,7 +104,10 @@ static void push_held_header(int fd)
 
 /* --- the step --- */
 
-static ssize_t send_file_bytes(const asf_request *req, size_t *sent)
+/* Up to nbytes file bytes into *sent: 0, or -errno.  Stops at the first short count:
+ * on a blocking fd a signal cut it short and its handler must run before we go on;
+ * on a non-blocking one the fd is full and another call would only get EAGAIN. */
+static int send_file_bytes(const asf_request *req, size_t *sent)
 {
     while (*sent < req->nbytes) {
         size_t chunk = req->nbytes - *sent;
@@ -121,9 +118,9 @@ static ssize_t send_file_bytes(const asf_request *req, size_t *sent)
         n = sendfile(req->out_fd, req->in_fd, req->offset, chunk);
         if (n < 0)
             return -errno;
-        if (n == 0)
-            return 0;  /* end of file: the file is shorter than asked */
         *sent += (size_t)n;
+        if ((size_t)n < chunk)
+            return 0;  /* end of file shows as 0 on the caller's next call */
     }
     return 0;
 }
@@ -131,26 +128,29 @@ static ssize_t send_file_bytes(const asf_request *req, size_t *sent)
 ssize_t asf_sendfile(const asf_request *req)
 {
     sigpipe_guard guard;
+    ssize_t n;
     size_t header_sent = 0, file_sent = 0, trailer_sent = 0;
-    int is_socket = 1, more_follows, err;
-    int header_held = 0;
+    int is_socket = 1, more_follows, err = 0;
 
     more_follows = req->nbytes > 0 || req->trailer_len > 0;
     sigpipe_block(&guard);
 
-    err = write_bytes(req->out_fd, req->header, req->header_len, &header_sent,
-                      more_follows, &is_socket);
-    if (err == 0) {
-        header_held = is_socket && more_follows && req->header_len > 0;
-        err = (int)send_file_bytes(req, &file_sent);
+    n = write_bytes(req->out_fd, req->header, req->header_len, more_follows, &is_socket);
+    if (n < 0)
+        err = (int)n;
+    else
+        header_sent = (size_t)n;
+    if (err == 0 && header_sent == req->header_len)
+        err = send_file_bytes(req, &file_sent);
+    if (err == 0 && header_sent == req->header_len && file_sent == req->nbytes) {
+        n = write_bytes(req->out_fd, req->trailer, req->trailer_len, 0, &is_socket);
+        if (n < 0)
+            err = (int)n;
+        else
+            trailer_sent = (size_t)n;
     }
-    if (err == 0 && file_sent == req->nbytes) {
-        err = write_bytes(req->out_fd, req->trailer, req->trailer_len,
-                          &trailer_sent, 0, &is_socket);
-        if (trailer_sent > 0)
-            header_held = 0;  /* sent without MSG_MORE: everything is pushed */
-    }
-    if (header_held && file_sent == 0 && trailer_sent == 0)
+    /* Header bytes sent with MSG_MORE and nothing after them in this call. */
+    if (is_socket && more_follows && header_sent > 0 && file_sent == 0 && trailer_sent == 0)
         push_held_header(req->out_fd);
 
     sigpipe_restore(&guard);

@@ -731,3 +731,98 @@ def test_sendfile_releases_gil(core: Step, src: Src) -> None:
     assert mid_way >= 3, f"this thread ran only {mid_way} times while the step was blocked"
     assert result == [SIZE], "one blocking step sends everything"
     assert got == src.data
+
+
+# --- signals: a blocking step ends at a short count, so the caller's handlers run ---
+
+
+class Interrupted(Exception):
+    """What the test's handler raises: Ctrl-C's KeyboardInterrupt would end the pytest run."""
+
+
+@contextlib.contextmanager
+def interrupted_after(delay: float, *, raises: bool) -> Iterator[list[float]]:
+    """Sends this thread SIGALRM after `delay` s; its handler records when it ran and,
+    when told to, raises Interrupted.  The previous handler comes back."""
+    ran: list[float] = []
+    fired = threading.Event()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        ran.append(time.monotonic())
+        if raises:
+            raise Interrupted
+
+    def fire() -> None:
+        signal.pthread_kill(ident, signal.SIGALRM)
+        fired.set()
+
+    ident = threading.get_ident()
+    previous = signal.signal(signal.SIGALRM, handler)
+    timer = threading.Timer(delay, fire)
+    timer.start()
+    try:
+        yield ran
+    finally:
+        timer.cancel()
+        timer.join()
+        # A signal still on its way must meet this handler: SIGALRM's default ends the process.
+        for _ in range(1000):
+            if ran or not fired.is_set():
+                break
+            with contextlib.suppress(Interrupted):
+                time.sleep(0.001)
+        signal.signal(signal.SIGALRM, previous)
+    assert not fired.is_set() or ran, "the SIGALRM handler never ran"
+
+
+def blocking(w: Wire) -> None:
+    """Makes a stalled wire blocking; a core that ignores the signal gives up after 3 s."""
+    w.out.setblocking(True)
+    w.out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 3, 0))
+
+
+def test_sendfile_blocking_interrupted(core: Step, stalled: Wire, src: Src) -> None:
+    """A signal ends a blocking step at the count it has sent, so its handler runs at
+    once rather than once every byte went; the caller resumes from the count."""
+    blocking(stalled)
+    caller = Caller(core, stalled.fd, src.fd, 0, SIZE, b"HEAD", b"TAIL")
+    start = time.monotonic()
+    with interrupted_after(0.2, raises=False) as ran:
+        caller.step()
+        elapsed = time.monotonic() - start
+    assert ran, "the handler did not run when the step returned"
+    assert elapsed < 1.0, f"the step returned {elapsed:.1f} s after it started"
+    assert 4 < caller.counts[0] < 4 + SIZE
+    stalled.read()
+    caller.finish()
+    assert stalled.received() == b"HEAD" + src.data + b"TAIL"
+
+
+def test_sendfile_blocking_interrupt_raises(core: Step, stalled: Wire, src: Src) -> None:
+    """A handler that raises (as Ctrl-C's does) ends a blocked step at once; with
+    offset=None the file's position says where to resume."""
+    blocking(stalled)
+    start = time.monotonic()
+    with interrupted_after(0.2, raises=True), pytest.raises(Interrupted):
+        core(stalled.fd, src.fd, None, SIZE)
+    elapsed = time.monotonic() - start
+    assert elapsed < 1.0, f"the handler's exception came {elapsed:.1f} s after the step started"
+    sent = position(src.fd)
+    assert 0 < sent < SIZE
+    stalled.read()
+    assert core(stalled.fd, src.fd, None, SIZE - sent) == SIZE - sent
+    assert stalled.received() == src.data
+
+
+@pytest.mark.parametrize("kind", ["unix"])  # TCP may free room between the calls as ACKs arrive
+@pytest.mark.parametrize("header_size", [0, 3000], ids=["no-header", "header"])
+def test_sendfile_full_socket(core: Step, stalled: Wire, src: Src, header_size: int) -> None:
+    """Non-blocking: the step that fills the socket returns its count, the next raises."""
+    header = pattern(header_size, seed=7)
+    caller = Caller(core, stalled.fd, src.fd, 0, SIZE, header, b"TAIL")
+    first = caller.step()
+    assert 0 < first < len(header) + SIZE
+    with pytest.raises(BlockingIOError):
+        caller.step()
+    assert caller.counts == [first]
+    assert stalled.received() == (header + src.data)[:first]
