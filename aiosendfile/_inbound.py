@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ._errors import transport_closing
 from ._reading import ReadSide
 from ._receipt import Receipt
 
@@ -32,6 +33,10 @@ CHUNK_SIZE = 256 * 1024  # each of the two buffers
 async def receive_buffered(receipt: Receipt) -> None:
     """Receives what `receipt` owes into its file through the transport's own reads."""
     transport = receipt.transport
+    if transport.is_closing():
+        # Closed during the caller's awaits: its protocol may have had connection_lost
+        # already, which ours would then wait for forever.
+        raise transport_closing()
     inner = transport.get_protocol()
     intake = _Intake(inner, receipt.side, receipt.wanted())
     transport.set_protocol(intake)

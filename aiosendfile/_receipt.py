@@ -6,6 +6,7 @@ what is still owed: `count - received` bytes, to be written from `position`.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from ._reading import ReadSide
@@ -28,7 +29,6 @@ class Receipt:
         self.start = start  # where the first byte went; None for a file that cannot seek
         self.count = count  # None: until the peer closes
         self.received = 0  # bytes written to the file
-        self.in_flight = 0  # bytes a worker thread is writing (counted once it is done)
         self.eof = False  # the peer closed its side
         self.file_failed = False  # an error came from the file, not the connection
         self._progress = progress
@@ -47,22 +47,24 @@ class Receipt:
         return None if self.count is None else self.count - self.received
 
     async def write(self, data: bytes | memoryview) -> None:
-        """Writes bytes Python holds at `position`; counted once they are written.
+        """Writes bytes Python holds at `position`.
 
-        Cancelled meanwhile, the worker thread still finishes the write: the bytes
-        stay `in_flight`, so the file's position is set past them.
+        Whatever ends it (the file's error, cancellation), the bytes that reached
+        the file are counted and no thread writes the file any more.
         """
         if not data:
             return
-        self.in_flight = len(data)
+        write = self.target.write(data, self.position)
         try:
-            await self.target.write(data, self.position)
+            await write.finished()
         except Exception:
-            self.in_flight = 0
             self.file_failed = True
+            self.received += write.written  # what reached the file before the error
             raise
-        self.in_flight = 0
-        self.advance(len(data))
+        except asyncio.CancelledError:
+            self.received += write.written  # all of it, or none if no thread started it
+            raise
+        self.advance(write.written)
 
     def advance(self, nbytes: int) -> None:
         self.received += nbytes

@@ -49,8 +49,7 @@ async def receive(
                 raise
             finally:
                 side.restore()
-                position = receipt.position
-                target.set_position(None if position is None else position + receipt.in_flight)
+                target.set_position(receipt.position)
         finally:
             end_turn(side.key)
         if count is not None and receipt.received < count:
@@ -88,7 +87,7 @@ async def _run(receipt: Receipt) -> None:
     log.debug("receive %s: %s (%s)", receipt.count, choice.path, choice.reason)
     if choice.path == "zerocopy":
         try:
-            await receive_spliced(receipt, side.sock.fileno())
+            await receive_spliced(receipt)
             return
         except SpliceRefused as refused:
             log.debug("splice(2) refused (%s): buffered path", refused)

@@ -48,14 +48,18 @@ class SpliceRefused(Exception):
         self.pending = pending
 
 
-async def receive_spliced(receipt: Receipt, sock_fd: int) -> None:
+async def receive_spliced(receipt: Receipt) -> None:
     """Receives what `receipt` owes into its file; raises SpliceRefused to hand over."""
     assert receipt.target.fd is not None and receipt.position is not None
-    pipe = PIPES.take()
+    # No await between this check and the dup: a transport closed during the
+    # caller's awaits has given its descriptor number back for reuse.
+    if receipt.transport.is_closing():
+        raise transport_closing()
+    watched = os.dup(receipt.side.sock.fileno())
     try:
-        watched = os.dup(sock_fd)
+        pipe = PIPES.take()
     except BaseException:
-        PIPES.give_back(pipe)
+        os.close(watched)
         raise
     try:
         try:

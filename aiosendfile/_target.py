@@ -4,10 +4,12 @@ and writing the bytes Python holds without blocking the loop."""
 from __future__ import annotations
 
 import asyncio
+import enum
 import fcntl
 import io
 import os
 import stat
+import threading
 from typing import Any
 
 from ._source import (
@@ -15,7 +17,6 @@ from ._source import (
     _fileno,
     _unwrap_async_file,
     check_binary,
-    close_when_idle,
     open_path,
     reject_non_file,
 )
@@ -44,8 +45,6 @@ class Target:
             self.append = bool(fcntl.fcntl(self.fd, fcntl.F_GETFL) & os.O_APPEND)
         self.seekable = bool(_call(file, "seekable", False)) and not self.append
         self.in_memory = self.fd is None  # BytesIO and friends: written on the loop
-        # A write still running in a worker thread after the receive ended.
-        self.busy: asyncio.Future[None] | None = None
 
     def splice_refusal(self) -> str | None:
         """Why splice(2) cannot write this file at explicit offsets (None: it can)."""
@@ -77,25 +76,20 @@ class Target:
             self.file.seek(offset)  # in-memory objects are written where they stand
         return offset
 
-    def write(self, data: bytes | memoryview, position: int | None) -> asyncio.Future[None]:
-        """Writes all of `data` at `position` (None: where the file stands).
+    def write(self, data: bytes | memoryview, position: int | None) -> Write:
+        """Starts writing all of `data` at `position` (None: where the file stands);
+        await the returned Write's `finished()`.
 
         A descriptor is written by a worker thread (positional when it can
-        seek); an in-memory object on the loop, given a copy it may keep.
-        `data` must not change until the returned future is done.
+        seek); an in-memory object on the loop, at once, given a copy it may keep.
+        `data` must not change until `finished()` has returned or raised.
         """
-        loop = asyncio.get_running_loop()
+        write = Write(data, position)
         if self.fd is None:
-            done = loop.create_future()
-            try:
-                _write_object(self.file, bytes(data))
-            except Exception as exc:  # delivered to the awaiting engine, like a thread's error
-                done.set_exception(exc)
-            else:
-                done.set_result(None)
-            return done
-        self.busy = loop.run_in_executor(None, _write_fd, self.fd, data, position)
-        return self.busy
+            write.write_object(self.file)
+        else:
+            write.start(self.fd)
+        return write
 
     def set_position(self, position: int | None) -> None:
         if position is None or not self.seekable:
@@ -107,9 +101,101 @@ class Target:
         self.file.seek(position)
 
     def close(self) -> None:
-        """Closes a file receive() opened, once no worker thread still writes it."""
+        """Closes a file receive() opened (every Write of it has finished by then)."""
         if self.owned:
-            close_when_idle(self.file, self.busy)
+            self.file.close()
+
+
+class _State(enum.Enum):
+    QUEUED = "waiting for a worker thread"
+    RUNNING = "a worker thread is writing"
+    DONE = "the worker thread is done"
+    WITHDRAWN = "withdrawn before any thread started it"
+
+
+class Write:
+    """One write of bytes Python holds; `written` counts the bytes that reached the file.
+
+    Nothing can stop a worker thread in the middle of a write, so a cancelled
+    write is withdrawn if no thread has started it yet, and otherwise waited
+    for: when `finished()` raises, the file holds exactly `written` more bytes
+    and no thread will touch it again.
+    """
+
+    def __init__(self, data: bytes | memoryview, position: int | None) -> None:
+        self.written = 0
+        self._data = data
+        self._position = position
+        self._future: asyncio.Future[None] | None = None  # None: written on the loop
+        self._error: Exception | None = None
+        self._state = _State.QUEUED
+        self._lock = threading.Lock()  # the thread's start against a withdrawal
+
+    def start(self, fd: int) -> None:
+        self._future = asyncio.get_running_loop().run_in_executor(None, self._run, fd)
+
+    def write_object(self, file: Any) -> None:
+        """Writes an in-memory object on the loop; an error waits for `finished()`."""
+        view = memoryview(bytes(self._data))  # the object may keep what it is given
+        try:
+            while view:
+                n = file.write(view)
+                if n is None:  # raw objects may say nothing: they took it all or raised
+                    n = len(view)
+                self.written += n
+                view = view[n:]
+        except Exception as exc:  # delivered to the awaiting engine, like a thread's error
+            self._error = exc
+
+    async def finished(self) -> None:
+        """Returns once the bytes are written; raises the file's error, or
+        CancelledError once the write is withdrawn or done."""
+        future = self._future
+        if future is None:
+            if self._error is not None:
+                raise self._error
+            return
+        try:
+            await asyncio.shield(future)  # a cancellation must not drop a running write
+        except asyncio.CancelledError:
+            if not future.done():
+                await self._withdraw_or_wait(future)
+            raise
+
+    async def _withdraw_or_wait(self, future: asyncio.Future[None]) -> None:
+        with self._lock:
+            state = self._state
+            if state is _State.QUEUED:
+                self._state = _State.WITHDRAWN
+        if state is _State.QUEUED:
+            future.cancel()  # leaves the executor's queue, if it is still there
+            return
+        # A thread is writing: bounded by one write to the disk.
+        while self._state is not _State.DONE and not future.done():
+            try:
+                await asyncio.wait((future,))
+            except asyncio.CancelledError:
+                continue  # cancelled again: the write still cannot be stopped
+
+    def _run(self, fd: int) -> None:
+        """In the worker thread."""
+        with self._lock:
+            if self._state is _State.WITHDRAWN:
+                return
+            self._state = _State.RUNNING
+        try:
+            view = memoryview(self._data)
+            position = self._position
+            while view:
+                if position is None:
+                    n = os.write(fd, view)
+                else:
+                    n = os.pwrite(fd, view, position)
+                    position += n
+                self.written += n
+                view = view[n:]
+        finally:
+            self._state = _State.DONE
 
 
 def open_target(file: object) -> Target:
@@ -131,23 +217,3 @@ def _check_open_for_writing(file: Any) -> None:
         raise ValueError("I/O operation on closed file")
     if not _call(file, "writable", True):
         raise io.UnsupportedOperation("file is not open for writing")
-
-
-def _write_fd(fd: int, data: bytes | memoryview, position: int | None) -> None:
-    view = memoryview(data)
-    while view:
-        if position is None:
-            n = os.write(fd, view)
-        else:
-            n = os.pwrite(fd, view, position)
-            position += n
-        view = view[n:]
-
-
-def _write_object(file: Any, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = file.write(view)
-        if n is None:
-            return  # raw objects may say nothing: they took it all or raised
-        view = view[n:]

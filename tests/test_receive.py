@@ -12,8 +12,10 @@ import io
 import os
 import re
 import subprocess
+import threading
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -416,6 +418,204 @@ async def test_receive_cancel(
     assert not conn.transport.is_closing()
     await conn.peer.push(b"ping")
     assert (await next_bytes(conn, 4)).endswith(b"ping")
+
+
+# --- cancelled or aborted while a worker thread writes the bytes Python holds ---
+
+
+class OneWorker(ThreadPoolExecutor):
+    """The loop's default executor cut to one thread, which a test can keep busy."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+        self.submitted = 0  # jobs the loop handed over since the last hold()
+        self._gate = threading.Event()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        self.submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+    def hold(self) -> None:
+        """Occupies the thread until release(): what the loop submits now waits."""
+        self.submitted = 0
+        started = threading.Event()
+        super().submit(_occupy, started, self._gate)
+        assert started.wait(5)
+
+    def release(self) -> None:
+        self._gate.set()
+
+
+def _occupy(started: threading.Event, gate: threading.Event) -> None:
+    started.set()
+    gate.wait(30)
+
+
+@pytest.fixture
+async def one_worker() -> AsyncIterator[OneWorker]:
+    worker = OneWorker()
+    asyncio.get_running_loop().set_default_executor(worker)
+    try:
+        yield worker
+    finally:
+        worker.release()
+        worker.shutdown(wait=True)
+
+
+class SlowDisk:
+    """os.pwrite() that, once a worker thread has started it, waits for `gate`."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.gate = threading.Event()
+        self._pwrite = os.pwrite
+
+    def pwrite(self, fd: int, data: Any, offset: int) -> int:
+        self.started.set()
+        self.gate.wait(30)
+        return self._pwrite(fd, data, offset)
+
+    async def wait_started(self) -> None:
+        for _ in range(500):
+            if self.started.is_set():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("no write reached the file")
+
+
+@pytest.fixture
+def slow_disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlowDisk]:
+    disk = SlowDisk()
+    monkeypatch.setattr(os, "pwrite", disk.pwrite)
+    try:
+        yield disk
+    finally:
+        disk.gate.set()
+
+
+# Where a worker thread writes bytes Python holds: a StreamReader's buffered bytes
+# (every transport), and the buffered path's chunks (TLS, a raw transport: none held).
+WORKER_WRITES = {
+    "tcp-held": ("tcp", "stream"),
+    "unix-held": ("unix", "stream"),
+    "tls-held": ("tls", "stream"),
+    "tls-chunk": ("tls", "transport"),
+}
+HELD = pattern(95_000, seed=20)
+
+
+async def start_worker_write(
+    conn: Connection, file: Any, before_receive: Callable[[], None] = lambda: None
+) -> asyncio.Future[int]:
+    """Starts a receive of 10 MiB whose first write to `file` is of HELD's bytes, held
+    by the reader, or of a chunk of them, sent once the receive runs."""
+    if isinstance(conn.reader, asyncio.StreamReader):
+        await conn.peer.push(HELD)
+        await held_by_reader(conn, len(HELD))
+        before_receive()
+        return asyncio.ensure_future(aiosendfile.receive(conn.reader, conn.writer, file, 10 * MiB))
+    before_receive()
+    receiving = asyncio.ensure_future(aiosendfile.receive(conn.reader, conn.writer, file, 10 * MiB))
+    await asyncio.sleep(0)  # started: what the peer sends now is the receive's
+    with ThreadPoolExecutor(max_workers=1) as pusher:  # not the loop's: it may be held busy
+        await asyncio.get_running_loop().run_in_executor(pusher, conn.peer.send, HELD)
+    return receiving
+
+
+@pytest.mark.parametrize(
+    ("transport_kind", "writer_kind"), WORKER_WRITES.values(), ids=WORKER_WRITES.keys()
+)
+async def test_receive_cancelled_while_executor_busy_reports_written_position(
+    connect: Callable[..., Any],
+    tmp_path: Path,
+    one_worker: OneWorker,
+    transport_kind: str,
+    writer_kind: str,
+    core: str,
+) -> None:
+    """Cancelled while its write waits for a busy worker thread: the write never
+    starts, cancellation is immediate, and the file's position counts no byte of it."""
+    conn: Connection = await connect(transport_kind, writer_kind, reading=False)
+    path = tmp_path / "f"
+    with path.open("wb") as f:
+        f.write(b"head")
+        receiving = await start_worker_write(conn, f, one_worker.hold)
+        for _ in range(500):
+            if one_worker.submitted:
+                break
+            await asyncio.sleep(0.01)
+        assert one_worker.submitted == 1, "no write reached the worker thread"
+        assert not receiving.done()
+        receiving.cancel()
+        await asyncio.sleep(0)  # one loop iteration
+        assert receiving.done(), "cancellation waited for a write that had not started"
+        with pytest.raises(asyncio.CancelledError):
+            await receiving
+        assert f.tell() == 4
+        one_worker.release()
+        # One thread, in order: a write still queued would be done before this.
+        await asyncio.get_running_loop().run_in_executor(None, int)
+    assert path.read_bytes() == b"head"
+    assert not conn.transport.is_closing()
+
+
+@pytest.mark.parametrize(
+    ("transport_kind", "writer_kind"), WORKER_WRITES.values(), ids=WORKER_WRITES.keys()
+)
+async def test_receive_cancelled_write_lands_before_raise(
+    connect: Callable[..., Any],
+    tmp_path: Path,
+    slow_disk: SlowDisk,
+    transport_kind: str,
+    writer_kind: str,
+    core: str,
+) -> None:
+    """Cancelled while a worker thread writes: that write cannot be stopped, so
+    receive() waits for it and counts it; nothing reaches the file after it raised."""
+    conn: Connection = await connect(transport_kind, writer_kind, reading=False)
+    path = tmp_path / "f"
+    with path.open("wb") as f:
+        f.write(b"head")
+        receiving = await start_worker_write(conn, f)
+        await slow_disk.wait_started()
+        at_raise: list[tuple[int, int]] = []
+        receiving.add_done_callback(lambda _: at_raise.append((path.stat().st_size, f.tell())))
+        receiving.cancel()
+        await asyncio.sleep(0.05)
+        assert not receiving.done(), "receive() raised while its write was still running"
+        slow_disk.gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await receiving
+        size, position = at_raise[0]
+        assert position == size > 4, "the position is not where the written bytes end"
+        await asyncio.sleep(0.05)
+        assert f.tell() == path.stat().st_size == size, "a write landed after receive() raised"
+    assert path.read_bytes() == b"head" + HELD[: size - 4]
+
+
+@pytest.mark.parametrize("transport_kind", ["tcp", "unix", "tls"])
+async def test_receive_aborted_while_writing_held_bytes(
+    connect: Callable[..., Any],
+    tmp_path: Path,
+    slow_disk: SlowDisk,
+    transport_kind: str,
+    core: str,
+) -> None:
+    """The transport aborted while the reader's bytes are being written: they reach
+    the file, then receive() raises TransportClosingError, never touching the socket's
+    descriptor (closed by then, its number free for reuse)."""
+    conn: Connection = await connect(transport_kind, reading=False)
+    path = tmp_path / "f"
+    with path.open("wb") as f:
+        receiving = await start_worker_write(conn, f)
+        await slow_disk.wait_started()
+        conn.writer.transport.abort()
+        await asyncio.sleep(0.05)  # the transport closes its socket meanwhile
+        slow_disk.gate.set()
+        with pytest.raises(aiosendfile.TransportClosingError, match="Transport is closing"):
+            await asyncio.wait_for(receiving, 10)
+        assert f.tell() == len(HELD)
+    assert path.read_bytes() == HELD
 
 
 async def test_receive_peer_reset_in_the_middle(
