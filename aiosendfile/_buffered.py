@@ -39,6 +39,10 @@ async def send_buffered(transfer: Transfer) -> None:
             transfer.header = transfer.header[len(transfer.header) :]
         reader = ChunkReader(transfer.source, transfer.position, transfer.wanted(), _chunk_size)
         while True:
+            ahead = reader.read_ahead()
+            if ahead is not None:
+                # A pipe may stay silent for good: a close or reset still ends the send.
+                await flow.wait_for(ahead)
             chunk = await reader.next_chunk()
             if not chunk:
                 break

@@ -2,11 +2,14 @@
 
 Regular files are read by position, so the file object is never disturbed:
 on the loop with preadv2(RWF_NOWAIT) when the bytes are in the page cache
-(no thread round trip), in a worker (_disk) only on a miss.  Pipes are read
-in a worker; in-memory objects on the loop.  Every chunk is a fresh
-bytes object: since Python 3.12 a transport may keep a reference to what it
-was given instead of copying it (CPython GH-91166), so a refilled buffer would
-corrupt the stream.
+(no thread round trip), in a worker (_disk) only on a miss.  Pipes, sockets
+and terminals are read on the loop when poll(2) says they are readable
+(_ready_reads), after the bytes their file object already holds: no thread
+ever waits on a pipe, so a cancelled send leaves none behind.  In-memory
+objects are read on the loop, by position, so several sends may share one.
+Every chunk is a fresh bytes object: since Python 3.12 a transport may keep a
+reference to what it was given instead of copying it (CPython GH-91166), so a
+refilled buffer would corrupt the stream.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ import asyncio
 import errno
 import functools
 import os
+from collections.abc import Callable
 from typing import Any, cast
 
 from . import _disk
+from ._ready_reads import ReadyReads
 from ._source import Source
 
 # preadv2(RWF_NOWAIT): Linux >= 4.14.  Filesystems that refuse it say so once.
@@ -37,10 +42,20 @@ class ChunkReader:
         self._left = wanted
         self._chunk_size = chunk_size
         self._loop = asyncio.get_running_loop()
-        if source.in_memory and source.seekable:
-            source.file.seek(position)  # gh-150107: offset 0 means 0, wherever the file was
         self._nowait = _HAVE_RWF_NOWAIT
-        self._ahead: asyncio.Future[Chunk] | None = self._start_read()
+        self._ready: ReadyReads | None = None
+        if source.fd is not None and not source.regular and source.reads_fd:
+            self._ready = ReadyReads.watch(self._loop, source.fd)
+        self._ahead: asyncio.Future[Chunk] | None = None
+        try:
+            self._ahead = self._start_read()
+        except BaseException:
+            self.close()
+            raise
+
+    def read_ahead(self) -> asyncio.Future[Chunk] | None:
+        """The read under way, None at the end: what next_chunk() waits for."""
+        return self._ahead
 
     async def next_chunk(self) -> Chunk:
         """The next chunk, b"" at the end; starts reading the one after."""
@@ -56,48 +71,63 @@ class ChunkReader:
         return chunk
 
     def close(self) -> None:
-        """Drops the read ahead.
+        """Drops the read ahead, and stops watching the descriptor.
 
-        A regular file's read runs on a descriptor of its own (_disk.pread):
-        cancelled, it never starts or ends on its own.  A pipe's read goes
-        through the file object, so the file stays open until that read is
-        over (Source.close waits for it): closing a buffered file blocks while
-        another thread reads it.
+        A worker's read runs on a descriptor of its own (a dup): cancelled, it
+        never starts or ends on its own, and the file may be closed at once.
+        Only an object read through in a worker (one whose own buffer we cannot
+        see, a decompressor say) may still be in use by it after the send.
         """
         ahead, self._ahead = self._ahead, None
-        if ahead is None or ahead.done():
-            return
-        if self._source.regular:
+        if ahead is not None:
             ahead.cancel()
-        else:
-            self._source.busy = ahead
-            ahead.add_done_callback(_consume_result)
+        if self._ready is not None:
+            self._ready.close()
 
     def _start_read(self) -> asyncio.Future[Chunk] | None:
         size = self._chunk_size if self._left is None else min(self._chunk_size, self._left)
         if size <= 0:
             return None
-        source, file = self._source, self._source.file
+        source = self._source
         if source.in_memory:
-            # No descriptor: BytesIO and friends, read where they live.
-            done: asyncio.Future[Chunk] = self._loop.create_future()
-            try:
-                done.set_result(bytes(file.read(size) or b""))
-            except Exception as exc:  # delivered to next_chunk, like a thread's error
-                done.set_exception(exc)
-            return done
+            return self._on_loop(self._read_in_memory, size)
+        assert source.fd is not None
         if source.regular:
-            assert source.fd is not None
             if self._nowait:
                 cached = self._read_cached(source.fd, size)
                 if cached is not None:
-                    done = self._loop.create_future()
-                    done.set_result(cached)
-                    return done
+                    return self._on_loop(lambda _: cached, size)
             return cast("asyncio.Future[Chunk]", _disk.pread(source.fd, size, self._position))
-        # Pipes, character devices: one read of what is there, in a thread.
-        read = getattr(file, "read1", None) or file.read
-        return _disk.submit(functools.partial(_read_bytes, read, size))
+        if not source.reads_fd:
+            # An object with bytes of its own we cannot see: read through it, in a worker.
+            read = getattr(source.file, "read1", None) or source.file.read
+            return _disk.submit(functools.partial(_read_bytes, read, size))
+        if source.may_hold:
+            held = source.take_held(size)
+            if held:
+                return self._on_loop(lambda _: held, size)
+        if self._ready is not None:
+            return cast("asyncio.Future[Chunk]", self._ready.read(size))
+        # epoll refuses it (/dev/zero...): poll cannot tell, so a worker reads a dup.
+        own = os.dup(source.fd)
+        return _disk.submit(functools.partial(_read_own_fd, own, size), owned_fd=own)
+
+    def _on_loop(self, read: Callable[[int], Chunk], size: int) -> asyncio.Future[Chunk]:
+        """`read(size)` done now, as a future; its error is delivered to next_chunk."""
+        done: asyncio.Future[Chunk] = self._loop.create_future()
+        try:
+            done.set_result(read(size))
+        except Exception as exc:
+            done.set_exception(exc)
+        return done
+
+    def _read_in_memory(self, size: int) -> bytes:
+        """BytesIO and friends, by position: seek and read with no await between, so
+        sends sharing the object each read their own bytes."""
+        file = self._source.file
+        if self._source.seekable:
+            file.seek(self._position)
+        return bytes(file.read(size) or b"")
 
     def _read_cached(self, fd: int, size: int) -> Chunk | None:
         """What of the chunk the page cache holds, read on the loop; None on a miss."""
@@ -121,6 +151,8 @@ def _read_bytes(read: Any, size: int) -> bytes:
     return bytes(read(size) or b"")
 
 
-def _consume_result(future: asyncio.Future[Chunk]) -> None:
-    if not future.cancelled():
-        future.exception()  # an abandoned read's error is nobody's to report
+def _read_own_fd(fd: int, size: int) -> bytes:
+    try:
+        return os.read(fd, size)
+    finally:
+        os.close(fd)
