@@ -22,12 +22,12 @@ import io
 from typing import Any, NamedTuple
 
 from . import _core, _serial
+from ._settings import DEFAULT_MIN_SHARE
 from ._transfer import MAX_FILE_POSITION
-from ._zerocopy import MIN_SHARE
 
 # At most one writable event's smallest share: a quick send holds the loop no
 # longer than one step of the zero-copy engine may.
-QUICK_MAX_BYTES = MIN_SHARE
+QUICK_MAX_BYTES = DEFAULT_MIN_SHARE
 
 # Transports that write straight to their own stream socket and never carry TLS
 # (TLS is a different transport class over them), by module and class name so

@@ -16,7 +16,7 @@ Two things keep the loop free for everyone else:
   the page cache.  Before a range goes to the kernel, one cheap residency
   check (cachestat(2)) says how much of it is cached; what is not is read in
   by a worker (_disk.populate) a few MiB ahead while the loop serves others.
-- fairness: one call moves at most a share of LOOP_BUDGET, split between the
+- fairness: one call moves at most a share of the loop budget, split between the
   zero-copy sends running on the loop, so one writable event cannot hold the
   loop for long while other connections wait (nginx's sendfile_max_chunk).
 """
@@ -28,10 +28,9 @@ import os
 
 from . import _core, _disk
 from ._errors import Action, classify, transport_closing
+from ._settings import ENGINE
 from ._transfer import MAX_FILE_POSITION, Transfer
 
-LOOP_BUDGET = 4 * 1024 * 1024  # bytes all of a loop's sends move in one pass
-MIN_SHARE = 128 * 1024  # below this, per-call costs would dominate
 READ_AHEAD = 4 * 1024 * 1024  # residency window, and the size of one disk read
 
 # Sends waiting on each loop (a plain dict: an entry lives only while its count is > 0).
@@ -77,7 +76,7 @@ class _Engine:
         # Bytes before `cached_until` were found in the page cache (or read in).
         self.cached_until = transfer.offset
         # Pseudo-files of unknown size are not on a disk.
-        self.check_cache = transfer.count is not None
+        self.check_cache = ENGINE.check_cache and transfer.count is not None
         self.cache_unknown = False  # the residency check failed once: read everything in
         self.disk_read: asyncio.Future[int] | None = None
         self._disk_read_start = 0
@@ -136,7 +135,8 @@ class _Engine:
         """
         t = self.transfer
         position = t.position
-        share = max(MIN_SHARE, LOOP_BUDGET // max(1, _sends_per_loop.get(self.loop, 1)))
+        sharing = max(1, _sends_per_loop.get(self.loop, 1))
+        share = max(ENGINE.min_share, ENGINE.loop_budget // sharing)
         nbytes = min(self.end - position, share, self._cached_ahead(position))
         if nbytes == 0:
             return

@@ -97,23 +97,11 @@ async def _serve(row: str, files: list[str], port_out: Any) -> dict[str, Any]:
     return {"lags": lags}
 
 
-def _blind() -> None:
-    """send() without page-cache checks or fair shares: the engine before them."""
-    from aiosendfile import _zerocopy
-
-    _zerocopy.LOOP_BUDGET = _zerocopy.MIN_SHARE = 8 * MiB  # the old per-call cap
-    original = _zerocopy._Engine.__init__
-
-    def no_cache_checks(self: Any, *args: Any) -> None:
-        original(self, *args)
-        self.check_cache = False
-
-    _zerocopy._Engine.__init__ = no_cache_checks  # type: ignore[method-assign, assignment]
-
-
 def server_main(row: str, files: list[str]) -> None:
     if row == "aiosendfile-blind":
-        _blind()
+        from aiosendfile import _settings
+
+        _settings.blind()
     run = asyncio.run
     if row == "aiosendfile-uvloop":
         import uvloop

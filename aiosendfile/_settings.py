@@ -1,0 +1,40 @@
+"""The engine's settings: read at every use, so a change applies to later steps.
+
+Not a public API; the benchmark's `aiosendfile-blind` row of the lag workload
+uses `blind()` to show what the page-cache checks and fair shares are worth.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+MiB = 1024 * 1024
+DEFAULT_MIN_SHARE = 128 * 1024  # below this, per-call costs would dominate
+
+
+@dataclasses.dataclass
+class EngineSettings:
+    # Bytes all of a loop's zero-copy sends move in one pass, split between them.
+    loop_budget: int = 4 * MiB
+    # The least one call may move, however many sends share the loop.
+    min_share: int = DEFAULT_MIN_SHARE
+    # Ask the page cache (cachestat) before a range goes to sendfile(2), so the
+    # loop never sleeps on the disk; off, sendfile(2) reads cold pages itself.
+    check_cache: bool = True
+
+
+ENGINE = EngineSettings()
+
+
+def blind() -> None:
+    """The engine before its page-cache checks and fair shares: every call moves up to
+    8 MiB and sendfile(2) reads cold pages on the loop's thread."""
+    ENGINE.loop_budget = ENGINE.min_share = 8 * MiB
+    ENGINE.check_cache = False
+
+
+def reset() -> None:
+    """Back to the defaults."""
+    defaults = EngineSettings()
+    for field in dataclasses.fields(EngineSettings):
+        setattr(ENGINE, field.name, getattr(defaults, field.name))
