@@ -1,7 +1,8 @@
 """The engine's settings: read at every use, so a change applies to later steps.
 
-Not a public API; the benchmark's `aiosendfile-blind` row of the lag workload
-uses `blind()` to show what the page-cache checks and fair shares are worth.
+Not a public API: the benchmark sets them (the lag workload's `aiosendfile-blind`
+row uses `blind()` to show what the page-cache checks and fair shares are worth;
+the upload workload compares pipe sizes).
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ class EngineSettings:
     # Ask the page cache (cachestat) before a range goes to sendfile(2), so the
     # loop never sleeps on the disk; off, sendfile(2) reads cold pages itself.
     check_cache: bool = True
+    # receive()'s pipes (F_SETPIPE_SZ): each splice(2) from a socket fills at most
+    # one pipe's worth, and the default 64 KiB pipe holds 16 socket buffers, often
+    # far less than 64 KiB of data.  1 MiB is /proc/sys/fs/pipe-max-size by default.
+    pipe_size: int = MiB
 
 
 ENGINE = EngineSettings()

@@ -22,14 +22,11 @@ from . import _core
 from ._core_py import pipe_content
 from ._errors import Action, classify, transport_closing
 from ._receipt import Receipt
+from ._settings import ENGINE
 
 # The most bytes one readable event may move, so one big upload cannot hold
 # the loop while other connections wait (as the send engine's budget).
 MAX_BYTES_PER_EVENT = 8 * 1024 * 1024
-# Each splice(2) from a socket fills at most one pipe's worth; the default
-# 64 KiB pipe holds 16 socket buffers, often far less than 64 KiB of data.
-# 1 MiB is /proc/sys/fs/pipe-max-size by default (benchmarks/receive_bench.py).
-PIPE_SIZE = 1024 * 1024
 # Idle pipe pairs kept for reuse between receives, process-wide: two
 # descriptors each, and a few KiB of kernel memory while empty.  Receives in
 # progress hold one each on top of these.
@@ -154,8 +151,12 @@ class _PipePool:
 
     def __init__(self) -> None:
         self._idle: list[tuple[int, int]] = []
+        self._size = ENGINE.pipe_size  # what the idle pipes were sized to
 
     def take(self) -> tuple[int, int]:
+        if self._size != ENGINE.pipe_size:  # the setting changed: new pipes only
+            self.close_idle()
+            self._size = ENGINE.pipe_size
         try:
             return self._idle.pop()
         except IndexError:
@@ -163,7 +164,7 @@ class _PipePool:
         pipe_r, pipe_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         with contextlib.suppress(OSError):
             # EPERM past the per-user pipe-user-pages-soft limit: 64 KiB works too.
-            fcntl.fcntl(pipe_w, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+            fcntl.fcntl(pipe_w, fcntl.F_SETPIPE_SZ, self._size)
         return pipe_r, pipe_w
 
     def give_back(self, pipe: tuple[int, int]) -> bytes:

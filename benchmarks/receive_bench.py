@@ -44,7 +44,7 @@ import aiofiles
 import uvloop
 
 import aiosendfile
-from aiosendfile import _core, _splice
+from aiosendfile import _core, _settings, _splice
 
 GiB = 1024**3
 CHUNK = 256 * 1024
@@ -104,7 +104,7 @@ async def with_aiofiles(
 class Row:
     name: str
     receiver: Receiver
-    pipe_size: int = _splice.PIPE_SIZE
+    pipe_size: int = _settings.ENGINE.pipe_size
     core: str = "c"
 
 
@@ -130,7 +130,7 @@ def cpu_seconds() -> float:
 
 async def one_run(row: Row, size: int, directory: Path) -> Run:
     _splice.PIPES.close_idle()
-    _splice.PIPE_SIZE = row.pipe_size
+    _settings.ENGINE.pipe_size = row.pipe_size
     _core.use(row.core)
     path = Path(tempfile.mktemp(prefix="receive-bench-", dir=directory))
     loop = asyncio.get_running_loop()
