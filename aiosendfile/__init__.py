@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from . import _core
-from ._buffered import get_chunk_size, set_chunk_size
 from ._core import sendfile
 from ._errors import IncompleteReceiveError, SendfileNotAvailableError, TransportClosingError
-from ._receive import receive
-from ._send import PathChoice, send, which_path
+from ._receiving.api import receive
+from ._sending.api import send, which_path
+from ._sending.buffered import get_chunk_size, set_chunk_size
+from ._transports import PathChoice
 
 __version__ = "0.1.0"
 

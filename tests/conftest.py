@@ -26,7 +26,7 @@ import uvloop
 
 import aiosendfile
 from aiosendfile import _core
-from aiosendfile._splice import PIPES
+from aiosendfile._receiving.zerocopy import PIPES
 
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 TRANSPORTS = ("tcp", "unix", "tls")

@@ -107,7 +107,7 @@ async def busy_executor(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[BusyEx
     (FUSE), every cold range is a worker's read; the C core's cachestat/mincore
     starts no readahead and is left alone.
     """
-    monkeypatch.setattr(aiosendfile._chunks, "_HAVE_RWF_NOWAIT", False)
+    monkeypatch.setattr(aiosendfile._sending.chunks, "_HAVE_RWF_NOWAIT", False)
     monkeypatch.setattr(aiosendfile._core_py, "_HAVE_RWF_NOWAIT", False)
     executor = BusyExecutor()
     yield executor

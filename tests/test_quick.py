@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 
 import aiosendfile
-from aiosendfile import _core, _quick, _send
+from aiosendfile import _core
+from aiosendfile._sending import api as _send
+from aiosendfile._sending import quick as _quick
 
 from .conftest import Connection, pattern
 from .test_cold import evict

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 import aiosendfile
-from aiosendfile import _splice
-from aiosendfile._reading import stream_internals
+from aiosendfile._receiving import zerocopy as _splice
+from aiosendfile._receiving.reading import stream_internals
 
 from .conftest import Connection, RecordingProtocol, open_fds, pattern
 from .test_paths import _SYSCALL, run_under_strace

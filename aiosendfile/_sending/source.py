@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
-import errno
 import io
 import os
 import stat
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
-_NOT_A_FD = (AttributeError, io.UnsupportedOperation, OSError, ValueError)
-_T = TypeVar("_T")
+from .._files import (
+    NOT_A_FD,
+    call_or,
+    check_binary,
+    fileno_of,
+    open_path,
+    reject_non_file,
+    unwrap_async_file,
+)
 
 
 class Source:
@@ -24,9 +28,9 @@ class Source:
     def __init__(self, file: Any, *, owned: bool) -> None:
         self.file = file
         self.owned = owned  # opened by send() from a path: send() closes it
-        self.fd: int | None = _fileno(file)
-        self.seekable = bool(_call(file, "seekable", False))
-        if self.fd is not None and self.seekable and _call(file, "writable", False):
+        self.fd: int | None = fileno_of(file)
+        self.seekable = bool(call_or(file, "seekable", False))
+        if self.fd is not None and self.seekable and call_or(file, "writable", False):
             # Bytes written to the object but still in its buffer are what the fd must read.
             file.flush()
         self.regular = False
@@ -106,14 +110,6 @@ def _no_bytes_now(buffer: Any) -> None:
     return None
 
 
-def close_when_idle(file: Any, busy: asyncio.Future[Any] | None) -> None:
-    """Closes `file` now, or once the worker thread in `busy` is done with it."""
-    if busy is not None and not busy.done():
-        busy.add_done_callback(lambda _: file.close())
-    else:
-        file.close()
-
-
 # What open(path, "rb") and friends return: binary by construction, so only
 # closed and readable need checking (the common case, on every small response).
 _PLAIN_FILE_TYPES = frozenset((io.BufferedReader, io.BufferedRandom, io.FileIO))
@@ -127,76 +123,9 @@ def open_source(file: object) -> Source:
     reject_non_file(file, "to send bytes, write them to the writer")
     if isinstance(file, (str, os.PathLike)):
         return open_path(file, "rb", lambda opened: Source(opened, owned=True))
-    sync_file = _unwrap_async_file(file)
+    sync_file = unwrap_async_file(file)
     _check_binary_readable(sync_file)
     return Source(sync_file, owned=False)
-
-
-def reject_non_file(file: object, hint: str) -> None:
-    """TypeError for what is plainly not a file: an int, or bytes passed as the file."""
-    if isinstance(file, (bool, int)):
-        raise TypeError("file must be a binary file object or a path, not an int")
-    if isinstance(file, (bytes, bytearray, memoryview)):
-        raise TypeError(
-            "file must be a binary file object or a path (str or os.PathLike), not "
-            f"{type(file).__name__}; {hint}"
-        )
-
-
-def open_path(path: str | os.PathLike[str], mode: str, wrap: Callable[[Any], _T]) -> _T:
-    """Opens `path` without waiting in open(2) and wraps the file, closing it if
-    wrapping fails.
-
-    Bad paths raise FileNotFoundError, IsADirectoryError, PermissionError.  A FIFO
-    opens at once: for reading ("rb") whether or not it has a writer (reads then
-    wait for one, on the loop); for writing ("wb"), a FIFO that no process has
-    open for reading raises OSError(ENXIO) instead of waiting for a reader.
-    """
-    try:
-        opened = open(path, mode, opener=_open_without_waiting)
-    except OSError as exc:
-        if exc.errno == errno.ENXIO and "r" not in mode and _is_fifo(path):
-            raise OSError(errno.ENXIO, "No process has the FIFO open for reading", path) from None
-        raise
-    try:
-        return wrap(opened)
-    except BaseException:
-        opened.close()
-        raise
-
-
-def _open_without_waiting(path: str | os.PathLike[str], flags: int) -> int:
-    # O_NONBLOCK: open(2) of a FIFO (or a modem line) returns at once instead
-    # of waiting for the other end.
-    fd = os.open(path, flags | os.O_NONBLOCK)
-    try:
-        reading = (flags & os.O_ACCMODE) == os.O_RDONLY
-        if not (reading and stat.S_ISFIFO(os.fstat(fd).st_mode)):
-            # Only a FIFO's read end stays non-blocking (its reads poll first); any
-            # other file is left as open() gives it, for sendfile(2), devices, FUSE
-            # daemons and receive()'s blocking writes in a worker.
-            os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _is_fifo(path: str | os.PathLike[str]) -> bool:
-    try:
-        return stat.S_ISFIFO(os.stat(path).st_mode)
-    except OSError:
-        return False
-
-
-def _unwrap_async_file(file: Any) -> Any:
-    """aiofiles objects wrap a plain file in `_file`; positions and fds go through it."""
-    if type(file).__module__.startswith("aiofiles."):
-        wrapped = getattr(file, "_file", None)
-        if wrapped is None:
-            raise TypeError(f"unsupported aiofiles object: {type(file).__name__}")
-        return wrapped
-    return file
 
 
 def _check_binary_readable(file: Any) -> None:
@@ -204,37 +133,11 @@ def _check_binary_readable(file: Any) -> None:
     _check_open_for_reading(file)
 
 
-def check_binary(file: Any, method: str, mode: str) -> None:
-    """TypeError for a text-mode file, or an object without `method` (read, write)."""
-    if isinstance(file, io.TextIOBase) or hasattr(file, "encoding"):
-        raise TypeError(f"file must be opened in binary mode ({mode!r}), not text mode")
-    if not callable(getattr(file, method, None)):
-        raise TypeError(f"file must be a binary file object or a path, not {type(file).__name__}")
-
-
 def _check_open_for_reading(file: Any) -> None:
     if getattr(file, "closed", False):
         raise ValueError("I/O operation on closed file")
-    if not _call(file, "readable", True):
+    if not call_or(file, "readable", True):
         raise io.UnsupportedOperation("file is not open for reading")
-
-
-def _fileno(file: Any) -> int | None:
-    try:
-        fd = file.fileno()
-    except _NOT_A_FD:
-        return None
-    return fd if isinstance(fd, int) and fd >= 0 else None
-
-
-def _call(file: Any, method: str, default: bool) -> bool:
-    fn = getattr(file, method, None)
-    if fn is None:
-        return default
-    try:
-        return bool(fn())
-    except _NOT_A_FD:
-        return False
 
 
 def _in_memory_size(file: Any) -> int | None:
@@ -242,6 +145,6 @@ def _in_memory_size(file: Any) -> int | None:
         here = file.tell()
         end: int = file.seek(0, io.SEEK_END)
         file.seek(here)
-    except _NOT_A_FD:
+    except NOT_A_FD:
         return None
     return end

@@ -21,9 +21,9 @@ import os
 from collections.abc import Callable
 from typing import Any, cast
 
-from . import _disk
-from ._ready_reads import ReadyReads
-from ._source import Source
+from .. import _disk
+from .ready_reads import ReadyReads
+from .source import Source
 
 # preadv2(RWF_NOWAIT): Linux >= 4.14.  Filesystems that refuse it say so once.
 _HAVE_RWF_NOWAIT = hasattr(os, "RWF_NOWAIT") and hasattr(os, "preadv")

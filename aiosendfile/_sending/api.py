@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections.abc import Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Any
 
-from . import _core
-from ._buffered import send_buffered
-from ._errors import SendfileNotAvailableError, transport_closing
-from ._flow import Flow
-from ._quick import send_quick
-from ._serial import claim_turn, end_turn, take_turn
-from ._source import Source, open_source
-from ._transfer import MAX_FILE_POSITION, Progress, Transfer
-from ._zerocopy import ZeroCopyRefused, start_zerocopy
+from .. import _core
+from .._errors import SendfileNotAvailableError, transport_closing
+from .._files import MAX_FILE_POSITION
+from .._progress import Progress
+from .._serial import claim_turn, end_turn, take_turn
+from .._transports import PathChoice, check_stream_transport, zero_copy_refusal
+from .buffered import send_buffered
+from .flow import Flow
+from .quick import send_quick
+from .source import Source, open_source
+from .transfer import Transfer
+from .zerocopy import ZeroCopyRefused, start_zerocopy
 
 log = logging.getLogger("aiosendfile")
 
@@ -28,13 +30,6 @@ _TRANSPORT_METHODS = (
     "get_write_buffer_limits",
     "set_write_buffer_limits",
 )
-
-
-class PathChoice(NamedTuple):
-    """Which path a send takes, and why."""
-
-    path: Literal["zerocopy", "buffered"]
-    reason: str
 
 
 async def send(
@@ -148,17 +143,6 @@ def _choose(flow: Flow, source: Source) -> PathChoice:
 _ZERO_COPY = {core: PathChoice("zerocopy", f"sendfile(2), {core} core") for core in ("c", "py")}
 
 
-def zero_copy_refusal(transport: Any, sock: Any, syscall: str, available: bool) -> str | None:
-    """Why the platform or the transport rules out zero-copy (None: they do not)."""
-    if not available:
-        return f"no {syscall} on this platform"
-    if transport.get_extra_info("ssl_object") is not None:
-        return "TLS transport"
-    if sock is None:
-        return "the transport has no socket"
-    return None
-
-
 def _flow_of(writer: Any) -> Flow:
     if isinstance(writer, asyncio.StreamWriter):
         transport, stream_writer = writer.transport, writer
@@ -178,37 +162,6 @@ def _check_stream_transport(writer: Any, transport: Any) -> None:
     sock = check_stream_transport(writer, transport, _TRANSPORT_METHODS, "sending", "write")
     if sock is not None:
         _stream_transport_types.add(type(transport))
-
-
-def check_stream_transport(
-    writer: Any, transport: Any, methods: Sequence[str], doing: str, kind: str
-) -> Any:
-    """RuntimeError ("not supported") for a datagram transport, TypeError for an object
-    without `methods`; returns the transport's socket (None for some transports)."""
-    if _is_socket_object(transport):
-        raise TypeError(
-            f"writer must be an asyncio.StreamWriter or a {kind} transport, not the "
-            f"socket object {type(writer).__name__}: pass the transport that owns it"
-        )
-    if isinstance(transport, asyncio.DatagramTransport) or hasattr(transport, "sendto"):
-        raise RuntimeError(f"{doing} a file is not supported on datagram transport {transport!r}")
-    if not all(callable(getattr(transport, name, None)) for name in methods):
-        raise TypeError(
-            f"writer must be an asyncio.StreamWriter or a {kind} transport, "
-            f"not {type(writer).__name__}"
-        )
-    sock = transport.get_extra_info("socket")
-    if sock is not None and sock.type != socket.SOCK_STREAM:
-        raise RuntimeError(f"{doing} a file is not supported on {sock.type!r} transports")
-    return sock
-
-
-def _is_socket_object(obj: object) -> bool:
-    """A socket, or the stand-in a transport hands out for its own (asyncio's
-    TransportSocket, uvloop's PseudoSocket): a family and a fileno, no write()."""
-    return isinstance(obj, socket.socket) or (
-        hasattr(obj, "family") and hasattr(obj, "fileno") and not hasattr(obj, "write")
-    )
 
 
 def _check_range(offset: object, count: object) -> None:

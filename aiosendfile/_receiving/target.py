@@ -12,13 +12,13 @@ import stat
 import threading
 from typing import Any
 
-from ._source import (
-    _call,
-    _fileno,
-    _unwrap_async_file,
+from .._files import (
+    call_or,
     check_binary,
+    fileno_of,
     open_path,
     reject_non_file,
+    unwrap_async_file,
 )
 
 # What open(path, "wb") and friends return: binary by construction.
@@ -37,13 +37,13 @@ class Target:
     def __init__(self, file: Any, *, owned: bool) -> None:
         self.file = file
         self.owned = owned  # opened by receive() from a path: receive() closes it
-        self.fd: int | None = _fileno(file)
+        self.fd: int | None = fileno_of(file)
         self.regular = False
         self.append = False
         if self.fd is not None:
             self.regular = stat.S_ISREG(os.fstat(self.fd).st_mode)
             self.append = bool(fcntl.fcntl(self.fd, fcntl.F_GETFL) & os.O_APPEND)
-        self.seekable = bool(_call(file, "seekable", False)) and not self.append
+        self.seekable = bool(call_or(file, "seekable", False)) and not self.append
         self.in_memory = self.fd is None  # BytesIO and friends: written on the loop
 
     def splice_refusal(self) -> str | None:
@@ -94,7 +94,7 @@ class Target:
     def set_position(self, position: int | None) -> None:
         if position is None or not self.seekable:
             return
-        if not self.in_memory and _call(self.file, "readable", False):
+        if not self.in_memory and call_or(self.file, "readable", False):
             # A buffered reader may hold read-ahead from before our writes, and
             # seeking within it keeps it: seeking to the end drops it.
             self.file.seek(0, io.SEEK_END)
@@ -206,7 +206,7 @@ def open_target(file: object) -> Target:
     reject_non_file(file, "to receive into memory, pass an io.BytesIO")
     if isinstance(file, (str, os.PathLike)):
         return open_path(file, "wb", lambda opened: Target(opened, owned=True))
-    sync_file = _unwrap_async_file(file)
+    sync_file = unwrap_async_file(file)
     check_binary(sync_file, "write", "wb")
     _check_open_for_writing(sync_file)
     return Target(sync_file, owned=False)
@@ -215,5 +215,5 @@ def open_target(file: object) -> Target:
 def _check_open_for_writing(file: Any) -> None:
     if getattr(file, "closed", False):
         raise ValueError("I/O operation on closed file")
-    if not _call(file, "writable", True):
+    if not call_or(file, "writable", True):
         raise io.UnsupportedOperation("file is not open for writing")

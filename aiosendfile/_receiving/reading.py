@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ._send import check_stream_transport
+from .._transports import check_stream_transport
 
 _READ_TRANSPORT_METHODS = (
     "is_closing",

@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ._reading import ReadSide
-from ._target import Target
-from ._transfer import Progress
+from .._progress import Progress
+from .reading import ReadSide
+from .target import Target
 
 
 class Receipt:

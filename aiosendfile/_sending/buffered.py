@@ -6,8 +6,8 @@ the loop) and paces them with the transport's flow control.
 
 from __future__ import annotations
 
-from ._chunks import ChunkReader
-from ._transfer import Transfer
+from .chunks import ChunkReader
+from .transfer import Transfer
 
 DEFAULT_CHUNK_SIZE = 256 * 1024  # 16 KiB (asyncio's) is ~6x slower over TLS here
 _chunk_size = DEFAULT_CHUNK_SIZE

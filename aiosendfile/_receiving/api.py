@@ -5,16 +5,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from . import _core
-from ._errors import IncompleteReceiveError, transport_closing
-from ._inbound import receive_buffered
-from ._reading import ReadSide, read_side
-from ._receipt import Receipt
-from ._send import PathChoice, zero_copy_refusal
-from ._serial import end_turn, take_turn
-from ._splice import SpliceRefused, receive_spliced
-from ._target import Target, open_target
-from ._transfer import Progress
+from .. import _core
+from .._errors import IncompleteReceiveError, transport_closing
+from .._progress import Progress
+from .._serial import end_turn, take_turn
+from .._transports import PathChoice, zero_copy_refusal
+from .buffered import receive_buffered
+from .reading import ReadSide, read_side
+from .receipt import Receipt
+from .target import Target, open_target
+from .zerocopy import SpliceRefused, receive_spliced
 
 log = logging.getLogger("aiosendfile")
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ._errors import transport_closing
+from .._errors import transport_closing
 
 # close() of a transport that still holds bytes (waiting for them to flush, or a TLS
 # shutdown) tells the protocol nothing until the flush ends, which a stalled peer

@@ -7,16 +7,12 @@ here exactly what is still owed: the rest of the header, the file from
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from ._flow import Flow
-from ._source import Source
-
-Progress = Callable[[int, "int | None"], object]
-
-# The largest file position (off_t): no file has a byte past it.
-MAX_FILE_POSITION = (1 << 63) - 1
+from .._files import MAX_FILE_POSITION
+from .._progress import Progress
+from .flow import Flow
+from .source import Source
 
 
 class Transfer:

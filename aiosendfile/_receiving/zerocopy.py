@@ -18,11 +18,11 @@ import contextlib
 import fcntl
 import os
 
-from . import _core
-from ._core_py import pipe_content
-from ._errors import Action, classify, transport_closing
-from ._receipt import Receipt
-from ._settings import ENGINE
+from .. import _core
+from .._core_py import pipe_content
+from .._errors import Action, classify, transport_closing
+from .._settings import ENGINE
+from .receipt import Receipt
 
 # The most bytes one readable event may move, so one big upload cannot hold
 # the loop while other connections wait (as the send engine's budget).

@@ -21,9 +21,9 @@ import asyncio
 import io
 from typing import Any, NamedTuple
 
-from . import _core, _serial
-from ._settings import DEFAULT_MIN_SHARE
-from ._transfer import MAX_FILE_POSITION
+from .. import _core, _serial
+from .._files import MAX_FILE_POSITION
+from .._settings import DEFAULT_MIN_SHARE
 
 # At most one writable event's smallest share: a quick send holds the loop no
 # longer than one step of the zero-copy engine may.

@@ -26,10 +26,11 @@ from __future__ import annotations
 import asyncio
 import os
 
-from . import _core, _disk
-from ._errors import Action, classify, transport_closing
-from ._settings import ENGINE
-from ._transfer import MAX_FILE_POSITION, Transfer
+from .. import _core, _disk
+from .._errors import Action, classify, transport_closing
+from .._files import MAX_FILE_POSITION
+from .._settings import ENGINE
+from .transfer import Transfer
 
 READ_AHEAD = 4 * 1024 * 1024  # residency window, and the size of one disk read
 

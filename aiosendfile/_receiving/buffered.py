@@ -23,9 +23,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ._errors import transport_closing
-from ._reading import ReadSide
-from ._receipt import Receipt
+from .._errors import transport_closing
+from .reading import ReadSide
+from .receipt import Receipt
 
 CHUNK_SIZE = 256 * 1024  # each of the two buffers
 

@@ -1,0 +1,110 @@
+"""File arguments, for send() and receive() alike: descriptors, aiofiles, paths."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import stat
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+# What asking a file-like object for its descriptor or its state may raise.
+NOT_A_FD = (AttributeError, io.UnsupportedOperation, OSError, ValueError)
+_T = TypeVar("_T")
+
+# The largest file position (off_t): no file has a byte past it.
+MAX_FILE_POSITION = (1 << 63) - 1
+
+
+def reject_non_file(file: object, hint: str) -> None:
+    """TypeError for what is plainly not a file: an int, or bytes passed as the file."""
+    if isinstance(file, (bool, int)):
+        raise TypeError("file must be a binary file object or a path, not an int")
+    if isinstance(file, (bytes, bytearray, memoryview)):
+        raise TypeError(
+            "file must be a binary file object or a path (str or os.PathLike), not "
+            f"{type(file).__name__}; {hint}"
+        )
+
+
+def open_path(path: str | os.PathLike[str], mode: str, wrap: Callable[[Any], _T]) -> _T:
+    """Opens `path` without waiting in open(2) and wraps the file, closing it if
+    wrapping fails.
+
+    Bad paths raise FileNotFoundError, IsADirectoryError, PermissionError.  A FIFO
+    opens at once: for reading ("rb") whether or not it has a writer (reads then
+    wait for one, on the loop); for writing ("wb"), a FIFO that no process has
+    open for reading raises OSError(ENXIO) instead of waiting for a reader.
+    """
+    try:
+        opened = open(path, mode, opener=_open_without_waiting)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO and "r" not in mode and _is_fifo(path):
+            raise OSError(errno.ENXIO, "No process has the FIFO open for reading", path) from None
+        raise
+    try:
+        return wrap(opened)
+    except BaseException:
+        opened.close()
+        raise
+
+
+def _open_without_waiting(path: str | os.PathLike[str], flags: int) -> int:
+    # O_NONBLOCK: open(2) of a FIFO (or a modem line) returns at once instead
+    # of waiting for the other end.
+    fd = os.open(path, flags | os.O_NONBLOCK)
+    try:
+        reading = (flags & os.O_ACCMODE) == os.O_RDONLY
+        if not (reading and stat.S_ISFIFO(os.fstat(fd).st_mode)):
+            # Only a FIFO's read end stays non-blocking (its reads poll first); any
+            # other file is left as open() gives it, for sendfile(2), devices, FUSE
+            # daemons and receive()'s blocking writes in a worker.
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _is_fifo(path: str | os.PathLike[str]) -> bool:
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def unwrap_async_file(file: Any) -> Any:
+    """aiofiles objects wrap a plain file in `_file`; positions and fds go through it."""
+    if type(file).__module__.startswith("aiofiles."):
+        wrapped = getattr(file, "_file", None)
+        if wrapped is None:
+            raise TypeError(f"unsupported aiofiles object: {type(file).__name__}")
+        return wrapped
+    return file
+
+
+def check_binary(file: Any, method: str, mode: str) -> None:
+    """TypeError for a text-mode file, or an object without `method` (read, write)."""
+    if isinstance(file, io.TextIOBase) or hasattr(file, "encoding"):
+        raise TypeError(f"file must be opened in binary mode ({mode!r}), not text mode")
+    if not callable(getattr(file, method, None)):
+        raise TypeError(f"file must be a binary file object or a path, not {type(file).__name__}")
+
+
+def fileno_of(file: Any) -> int | None:
+    try:
+        fd = file.fileno()
+    except NOT_A_FD:
+        return None
+    return fd if isinstance(fd, int) and fd >= 0 else None
+
+
+def call_or(file: Any, method: str, default: bool) -> bool:
+    fn = getattr(file, method, None)
+    if fn is None:
+        return default
+    try:
+        return bool(fn())
+    except NOT_A_FD:
+        return False

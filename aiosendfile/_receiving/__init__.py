@@ -1,0 +1,1 @@
+"""receive() and its engines: the connection is the source, the file the sink."""
