@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from . import _core
-from ._core import sendfile
 from ._errors import IncompleteReceiveError, SendfileNotAvailableError, TransportClosingError
 from ._receiving.api import receive
 from ._sending.api import send, which_path
@@ -30,7 +29,9 @@ __all__ = (
 
 
 def __getattr__(name: str) -> Any:
-    # CORE is read at each access: "c" (the extension) or "py" (its pure-Python twin).
+    # Read at each access, so both follow a switch of the active core.
     if name == "CORE":
-        return _core.CORE
+        return _core.active.name  # "c" (the extension) or "py" (its pure-Python twin)
+    if name == "sendfile":
+        return _core.active.sendfile
     raise AttributeError(f"module 'aiosendfile' has no attribute {name!r}")

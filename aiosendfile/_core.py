@@ -1,57 +1,83 @@
-"""Picks the core at import time: the C extension, or its pure-Python twin.
+"""The core: the C extension, or its pure-Python twin, behind one typed interface.
 
-AIOSENDFILE_NO_EXTENSIONS=1 (the aio-libs convention) forces the twin.  This is
-not the buffered path: both cores are zero-copy; the buffered path is chosen per
-send, at run time, for TLS and non-regular files.
+Both cores are zero-copy (this is not the buffered path, which is chosen per
+send, at run time, for TLS and non-regular files).  The engine reaches the core
+only through `active`, so a switch (`use`, for tests and benchmarks) applies to
+every later step, and `aiosendfile.sendfile` / `aiosendfile.CORE` follow it.
+
+At import, AIOSENDFILE_NO_EXTENSIONS=1 (the aio-libs convention) selects the
+twin; otherwise the C core, unless it was not built (a pure-Python install).
+A C core that is there but fails to load is a broken install: the twin takes
+over, with a warning that says why.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import warnings
 from collections.abc import Callable
-from types import ModuleType
 
 from . import _core_py
 
+# sendfile(out, in_, offset, nbytes, header=b"", trailer=b"", flags=0) -> bytes written
 SendfileStep = Callable[..., int]
 # sendfile_cached(out, in_, offset, count, header, max_bytes) -> (nbytes, written) or None
 CachedStep = Callable[..., "tuple[int, int] | None"]
+# resident(fd, offset, nbytes) -> bytes of the range in the page cache
+ResidentCheck = Callable[[int, int, int], int]
 # splice_to_file(sock, pipe_r, pipe_w, file, offset, nbytes) -> bytes written
 SpliceStep = Callable[[int, int, int, int, int | None, int], int]
 
-sendfile: SendfileStep
-sendfile_cached: CachedStep
-resident: Callable[[int, int, int], int]
-splice_to_file: SpliceStep
-CORE: str
+
+@dataclasses.dataclass(frozen=True)
+class Core:
+    """One core's steps, and what the platform lets it do."""
+
+    name: str  # "c" or "py"
+    sendfile: SendfileStep
+    sendfile_cached: CachedStep
+    resident: ResidentCheck
+    splice_to_file: SpliceStep
+    have_sendfile: bool  # a zero-copy send step exists on this platform
+    have_splice: bool  # socket -> pipe -> file splice(2) exists
 
 
-def use(core: str) -> None:
-    """Switch the active core ("c" or "py") for every later send; for tests and benchmarks."""
-    global sendfile, sendfile_cached, resident, splice_to_file, CORE
-    chosen: ModuleType
-    if core == "c":
-        from . import _core_c
+def load(name: str) -> Core:
+    """The core called `name` ("c" or "py"); ImportError when the C core is not there."""
+    if name == "c":
+        from . import _core_c  # built on Linux only, where both system calls exist
 
-        chosen = _core_c
-    elif core == "py":
-        chosen = _core_py
-    else:
-        raise ValueError(f"unknown core {core!r}: expected 'c' or 'py'")
-    sendfile, sendfile_cached = chosen.sendfile, chosen.sendfile_cached
-    resident, splice_to_file = chosen.resident, chosen.splice_to_file
-    CORE = core
+        c = _core_c
+        return Core("c", c.sendfile, c.sendfile_cached, c.resident, c.splice_to_file, True, True)
+    if name == "py":
+        py = _core_py
+        return Core("py", py.sendfile, py.sendfile_cached, py.resident, py.splice_to_file,
+                    py.HAVE_SENDFILE, py.HAVE_SPLICE)  # fmt: skip
+    raise ValueError(f"unknown core {name!r}: expected 'c' or 'py'")
 
 
-if os.environ.get("AIOSENDFILE_NO_EXTENSIONS"):
-    use("py")
-else:
+def use(name: str) -> Core:
+    """Makes the core called `name` the active one for every later step; returns it."""
+    global active
+    active = load(name)
+    return active
+
+
+def _at_import() -> Core:
+    if os.environ.get("AIOSENDFILE_NO_EXTENSIONS"):
+        return load("py")
     try:
-        use("c")
-    except ImportError:
-        use("py")
+        return load("c")
+    except ModuleNotFoundError:
+        return load("py")  # installed without the extension
+    except ImportError as exc:
+        warnings.warn(
+            f"aiosendfile: the C core failed to load ({exc}); using the pure-Python core",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return load("py")
 
-# Whether a zero-copy step exists at all on this platform.
-HAVE_SENDFILE = CORE == "c" or _core_py.HAVE_SENDFILE
-# Whether socket -> pipe -> file splice(2) exists (the C core is built on Linux only).
-HAVE_SPLICE = CORE == "c" or _core_py.HAVE_SPLICE
+
+active: Core = _at_import()

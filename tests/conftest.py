@@ -90,19 +90,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture
-def core(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The core under test, active for every send in the test."""
+def core(request: pytest.FixtureRequest) -> Iterator[_core.Core]:
+    """The core under test (its name is the test id), active for every send in the test."""
     name: str = request.param
     if name == "c" and not _c_core_built():
         if os.environ.get("CI"):
             pytest.fail("the C core is not built")
         pytest.skip("the C core is not built")
-    before = _core.CORE
-    _core.use(name)
+    before = _core.active
     try:
-        yield name
+        yield _core.use(name)
     finally:
-        _core.use(before)
+        _core.active = before
 
 
 def open_fds() -> set[str]:

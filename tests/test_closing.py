@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 import aiosendfile
+from aiosendfile._core import Core
 
 from .conftest import Connection
 from .loop_ticker import Ticker
@@ -130,7 +131,7 @@ async def test_send_never_writes_to_a_reused_descriptor(
     make_file: Callable[..., Path],
     socket_kind: str,
     writer_kind: str,
-    core: str,
+    core: Core,
     tmp_path: Path,
 ) -> None:
     """A response head the transport still holds, then a private file: the transport is
@@ -159,7 +160,7 @@ async def test_send_cold_file_never_writes_to_a_reused_descriptor(
     busy_executor: BusyExecutor,
     socket_kind: str,
     writer_kind: str,
-    core: str,
+    core: Core,
     tmp_path: Path,
 ) -> None:
     """A cold file whose disk read waits for a busy executor; the writer is closed and
@@ -192,7 +193,7 @@ async def test_send_to_stalled_peer_ends_when_transport_closed(
     make_file: Callable[..., Path],
     transport_kind: str,
     writer_kind: str,
-    core: str,
+    core: Core,
     how: str,
 ) -> None:
     """Closing or aborting the transport of a peer that stopped reading ("abort slow
@@ -218,7 +219,7 @@ async def test_cancelled_cold_sends_close_their_queued_descriptors(
     connect: Callable[..., Any],
     make_file: Callable[..., Path],
     busy_executor: BusyExecutor,
-    core: str,
+    core: Core,
     path_kind: str,
 ) -> None:
     """Twelve cold sends queue their disk reads behind a busy executor and are

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 import aiosendfile
-from aiosendfile import _core, _disk
+from aiosendfile import _disk
+from aiosendfile._core import Core
 
 from .conftest import Connection, open_fds, pattern
 from .page_cache import cached_bytes, evict
@@ -36,18 +37,18 @@ def cold_file(make_file: Callable[..., Path]) -> Callable[[int], tuple[Path, byt
     return make
 
 
-def test_resident_sees_the_page_cache(core: str, tmp_path: Path) -> None:
+def test_resident_sees_the_page_cache(core: Core, tmp_path: Path) -> None:
     path = tmp_path / "f.bin"
     path.write_bytes(pattern(4 * MiB))
     evict(path)
     fd = os.open(path, os.O_RDONLY)
     try:
-        assert _core.resident(fd, 0, 4 * MiB) == 0
+        assert core.resident(fd, 0, 4 * MiB) == 0
         os.pread(fd, MiB, 0)
-        cached = _core.resident(fd, 0, 4 * MiB)
+        cached = core.resident(fd, 0, 4 * MiB)
         assert MiB <= cached <= 4 * MiB  # the kernel may read ahead
-        assert _core.resident(fd, 100, MiB) == MiB  # unaligned start: bytes, not pages
-        assert _core.resident(fd, 0, 0) == 0
+        assert core.resident(fd, 100, MiB) == MiB  # unaligned start: bytes, not pages
+        assert core.resident(fd, 0, 0) == 0
     finally:
         os.close(fd)
 
@@ -57,7 +58,7 @@ async def test_send_evicted_file(
     cold_file: Callable[[int], tuple[Path, bytes]],
     transport_kind: str,
     writer_kind: str,
-    core: str,
+    core: Core,
 ) -> None:
     path, data = cold_file(9 * MiB + 123)
     if transport_kind != "tls":
@@ -76,7 +77,7 @@ async def test_send_partly_cached_file(
     connect: Callable[..., Any],
     cold_file: Callable[[int], tuple[Path, bytes]],
     transport_kind: str,
-    core: str,
+    core: Core,
 ) -> None:
     """Cached, evicted and cached again: each part is sent as it becomes available."""
     path, data = cold_file(12 * MiB)
@@ -89,7 +90,7 @@ async def test_send_partly_cached_file(
 
 
 async def test_send_from_a_file_that_refuses_sendfile(
-    connect: Callable[..., Any], transport_kind: str, core: str
+    connect: Callable[..., Any], transport_kind: str, core: Core
 ) -> None:
     """procfs refuses sendfile(2) (EINVAL) and says its size is 0: the buffered
     path takes over on the first refusal and sends to the end of the file."""
@@ -101,14 +102,14 @@ async def test_send_from_a_file_that_refuses_sendfile(
     assert await conn.received_after_close() == b"<" + expected + b">"
 
 
-async def test_send_fallback_false_on_refusal(connect: Callable[..., Any], core: str) -> None:
+async def test_send_fallback_false_on_refusal(connect: Callable[..., Any], core: Core) -> None:
     conn: Connection = await connect("tcp")
     with pytest.raises(aiosendfile.SendfileNotAvailableError):
         await aiosendfile.send(conn.writer, "/proc/self/limits", fallback=False)
 
 
 async def test_send_empty_file(
-    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, core: str
+    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, core: Core
 ) -> None:
     path = tmp_path / "empty"
     path.write_bytes(b"")
@@ -126,7 +127,7 @@ async def test_cancel_cold_send_leaves_no_worker(
     connect: Callable[..., Any],
     cold_file: Callable[[int], tuple[Path, bytes]],
     transport_kind: str,
-    core: str,
+    core: Core,
 ) -> None:
     path, data = cold_file(64 * MiB)
     conn: Connection = await connect(transport_kind, reading=False, sndbuf=32 * 1024)
@@ -176,7 +177,7 @@ def slow_disk(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
 
 @pytest.mark.parametrize("transport_kind", ["tcp", "tls"])
 async def test_slow_disk_does_not_stall_the_loop(
-    connect: Callable[..., Any], slow_disk: tuple[Path, Path], transport_kind: str, core: str
+    connect: Callable[..., Any], slow_disk: tuple[Path, Path], transport_kind: str, core: Core
 ) -> None:
     """Every read of this disk sleeps 20 ms.  If those reads ran on the loop, a
     1 ms ticker could tick only between them; in workers it keeps ticking."""

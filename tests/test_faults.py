@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import aiosendfile
+from aiosendfile._core import Core
 
 from .conftest import Connection, RecordingProtocol, open_fds, pattern
 
@@ -50,7 +51,7 @@ async def test_send_close_peer_in_the_middle(
     make_file: Callable[..., Path],
     transport_kind: str,
     writer_kind: str,
-    core: str,
+    core: Core,
     sigpipe_calls: list[int],
 ) -> None:
     size = 8 * MiB
@@ -75,7 +76,7 @@ async def test_send_cancel_peer_not_reading(
     make_file: Callable[..., Path],
     transport_kind: str,
     writer_kind: str,
-    core: str,
+    core: Core,
 ) -> None:
     """Cancelling stops at once; nothing leaks; the stream holds exactly what tell() says."""
     path = make_file(4 * MiB)
@@ -105,7 +106,7 @@ async def test_send_cancel_while_waiting_for_drain(
     make_file: Callable[..., Path],
     transport_kind: str,
     writer_kind: str,
-    core: str,
+    core: Core,
 ) -> None:
     """gh-157025: a cancelled drain wait leaves the transport writable and reading."""
     path = make_file(4 * MiB)
@@ -139,7 +140,7 @@ async def test_send_closed_writer(
     make_file: Callable[..., Path],
     transport_kind: str,
     writer_kind: str,
-    core: str,
+    core: Core,
 ) -> None:
     path = make_file(1000)
     conn: Connection = await connect(transport_kind, writer_kind)
@@ -158,7 +159,7 @@ async def test_send_file_shrinks(
     connect: Callable[..., Any],
     make_file: Callable[..., Path],
     transport_kind: str,
-    core: str,
+    core: Core,
 ) -> None:
     """A file cut short while it is sent: send() stops at the new end, returns the count."""
     path = make_file(4 * MiB)
@@ -177,7 +178,7 @@ async def test_send_file_shrinks(
 
 @pytest.mark.parametrize("transport_kind", ["tcp", "unix", "tls"])
 async def test_send_sparse_file_beyond_4gib(
-    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, core: str
+    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, core: Core
 ) -> None:
     """64-bit offsets: a sparse file over 4 GiB, sent from beyond the 4 GiB mark."""
     path = tmp_path / "sparse.bin"
@@ -195,7 +196,7 @@ async def test_send_sparse_file_beyond_4gib(
 
 
 async def test_send_fallback_false(
-    connect: Callable[..., Any], make_file: Callable[..., Path], transport_kind: str, core: str
+    connect: Callable[..., Any], make_file: Callable[..., Path], transport_kind: str, core: Core
 ) -> None:
     """fallback=False raises SendfileNotAvailableError before sending anything."""
     path = make_file(1000)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .test_paths import _env_importing_this_package
+from .subprocesses import env_importing_this_package
 
 
 def test_lag_bench_smallest_run(tmp_path: Path) -> None:
@@ -15,7 +15,7 @@ def test_lag_bench_smallest_run(tmp_path: Path) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "aiosendfile", "lag", "--clients", "2", "--size", "1M",
          "--runs", "1", "--json", str(out_json)],
-        capture_output=True, text=True, timeout=120, env=_env_importing_this_package(),
+        capture_output=True, text=True, timeout=120, env=env_importing_this_package(),
         cwd=tmp_path, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr

@@ -9,19 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from .test_paths import _env_importing_this_package
+from aiosendfile._core import Core
+
+from .subprocesses import env_importing_this_package
 
 
 @pytest.mark.parametrize("script", ["leak_check.py", "receive_leak_check.py"])
 @pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
-def test_no_leaks_across_error_paths(loop_name: str, core: str, script: str) -> None:
+def test_no_leaks_across_error_paths(loop_name: str, core: Core, script: str) -> None:
     path = Path(__file__).parent / "isolated" / script
     out = subprocess.run(
-        [sys.executable, str(path), loop_name, core, "150"],
+        [sys.executable, str(path), loop_name, core.name, "150"],
         capture_output=True,
         text=True,
         timeout=300,
-        env=_env_importing_this_package(),
+        env=env_importing_this_package(),
         check=False,
     )
     assert out.returncode == 0, out.stderr

@@ -7,8 +7,6 @@ import asyncio
 import hashlib
 import io
 import os
-import re
-import shutil
 import subprocess
 import sys
 import time
@@ -22,8 +20,10 @@ from typing import Any
 import pytest
 
 import aiosendfile
+from aiosendfile._core import Core
 
 from .conftest import Connection, pattern
+from .subprocesses import SYSCALL, env_importing_this_package, run_under_strace
 
 MiB = 1024 * 1024
 
@@ -95,7 +95,7 @@ async def test_zero_copy_is_zero_copy(
     make_file: Callable[..., Path],
     transport_kind: str,
     writer_kind: str,
-    core: str,
+    core: Core,
 ) -> None:
     """On plain sockets the file never passes through transport.write, a read call
     or a Python buffer; over TLS (the control) it must, or this test proves nothing."""
@@ -137,7 +137,7 @@ async def test_slow_reader_does_not_spin(
     connect: Callable[..., Any],
     make_file: Callable[..., Path],
     transport_kind: str,
-    core: str,
+    core: Core,
 ) -> None:
     """A reader taking 64 KiB every 5 ms: the sender waits on the loop, it does not poll."""
     size = 4 * MiB
@@ -174,7 +174,7 @@ class RecordingTransport:
 
 @pytest.mark.parametrize("transport_kind", ["tcp", "tls"])
 async def test_buffered_chunks_are_fresh_objects(
-    connect: Callable[..., Any], transport_kind: str, core: str
+    connect: Callable[..., Any], transport_kind: str, core: Core
 ) -> None:
     """Python 3.12+ transports may keep what they are given (GH-91166): every chunk
     handed over must be its own object, still holding its own bytes at the end."""
@@ -245,7 +245,7 @@ def test_core_selection(env: dict[str, str], expected: str) -> None:
     environ = {k: v for k, v in os.environ.items() if k != "AIOSENDFILE_NO_EXTENSIONS"}
     out = subprocess.run(
         [sys.executable, "-c", "import aiosendfile; print(aiosendfile.CORE)"],
-        env={**_env_importing_this_package(environ), **env},
+        env={**env_importing_this_package(environ), **env},
         capture_output=True,
         text=True,
         check=True,
@@ -253,13 +253,60 @@ def test_core_selection(env: dict[str, str], expected: str) -> None:
     assert out.stdout.strip() == expected
 
 
-_SYSCALL = re.compile(r"^\d+\s+(\w+)\((\d+),.*\)\s+=\s+(-?\d+)")
+_IMPORT_WITH_C_CORE_FAILING = """
+import sys, warnings
+
+class Failing:
+    def find_spec(self, name, path=None, target=None):
+        if name == "aiosendfile._core_c":
+            raise {error}("aiosendfile._core_c: undefined symbol: asf_sendfile")
+
+sys.meta_path.insert(0, Failing())
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import aiosendfile
+print(aiosendfile.CORE)
+for warning in caught:
+    print(warning.category.__name__, warning.message)
+"""
+
+
+@pytest.mark.parametrize(
+    ("error", "warned"), [("ModuleNotFoundError", False), ("ImportError", True)]
+)
+def test_c_core_failing_to_load(error: str, warned: bool) -> None:
+    """Not built (a pure-Python install): the twin, quietly.  Built but broken: the
+    twin, with a RuntimeWarning that says why."""
+    environ = {k: v for k, v in os.environ.items() if k != "AIOSENDFILE_NO_EXTENSIONS"}
+    out = subprocess.run(
+        [sys.executable, "-c", _IMPORT_WITH_C_CORE_FAILING.format(error=error)],
+        env=env_importing_this_package(environ),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    core, *warnings = out.stdout.splitlines()
+    assert core == "py"
+    if warned:
+        assert warnings == [
+            "RuntimeWarning aiosendfile: the C core failed to load "
+            "(aiosendfile._core_c: undefined symbol: asf_sendfile); using the pure-Python core"
+        ]
+    else:
+        assert warnings == []
+
+
+def test_public_names_follow_a_core_switch(core: Core) -> None:
+    """aiosendfile.sendfile and aiosendfile.CORE are the active core's, read at each access."""
+    assert aiosendfile.CORE == core.name
+    assert aiosendfile.sendfile is core.sendfile
+    assert aiosendfile._core.active is core
 
 
 @pytest.mark.parametrize("kind", ["tcp", "unix"])
 @pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
 def test_zero_copy_under_strace(
-    make_file: Callable[..., Path], loop_name: str, kind: str, core: str, tmp_path: Path
+    make_file: Callable[..., Path], loop_name: str, kind: str, core: Core, tmp_path: Path
 ) -> None:
     """The kernel's own record: every file byte left by sendfile(2), the header with
     MSG_MORE, and only the header and trailer by write-like calls (on the socket or
@@ -268,18 +315,18 @@ def test_zero_copy_under_strace(
     path = make_file(size)
     trace = tmp_path / "trace.txt"
     calls = "sendfile,write,writev,sendto,sendmsg,dup,fcntl"
-    fields = run_under_strace(trace, calls, "send_once.py", loop_name, core, kind, str(path))
+    fields = run_under_strace(trace, calls, "send_once.py", loop_name, core.name, kind, str(path))
     assert fields == {
         "fd": fields["fd"],
         "sent": str(size),
         "received": str(size + 8),
-        "core": core,
+        "core": core.name,
     }
     by_call: dict[str, int] = {}
     lines = trace.read_text().splitlines()
     socket_fds = {fields["fd"]}
     for line in lines:
-        match = _SYSCALL.match(line)
+        match = SYSCALL.match(line)
         if not match or match[2] not in socket_fds or int(match[3]) <= 0:
             continue
         if match[1] in ("dup", "fcntl"):  # os.dup() is fcntl(F_DUPFD_CLOEXEC)
@@ -290,34 +337,3 @@ def test_zero_copy_under_strace(
     assert by_call.pop("sendfile") == size, by_call
     assert sum(by_call.values()) == 8, f"bytes written other than by sendfile(2): {by_call}"
     assert any("MSG_MORE" in line and '"HEAD"' in line for line in lines)
-
-
-def run_under_strace(trace: Path, calls: str, script: str, *args: str) -> dict[str, str]:
-    """Runs tests/isolated/`script` under `strace -f -e trace=calls -o trace`; returns the
-    key=value fields it prints.  Skips where strace is missing (fails in CI, which
-    installs it) or cannot trace."""
-    strace = shutil.which("strace")
-    if strace is None:
-        if os.environ.get("CI"):
-            pytest.fail("strace is not installed (.ci/run installs it)")
-        pytest.skip("strace is not installed")
-    path = Path(__file__).parent / "isolated" / script
-    out = subprocess.run(
-        [strace, "-f", "-qq", "-o", str(trace), "-e", f"trace={calls}",
-         sys.executable, str(path), *args],
-        capture_output=True, text=True, timeout=120, env=_env_importing_this_package(),
-    )  # fmt: skip
-    if out.returncode != 0 and "ptrace" in out.stderr:
-        if os.environ.get("CI"):
-            pytest.fail(f"strace cannot trace here: {out.stderr.strip()}")
-        pytest.skip(f"strace cannot trace here: {out.stderr.strip()}")
-    assert out.returncode == 0, out.stderr
-    return dict(item.split("=") for item in out.stdout.split())
-
-
-def _env_importing_this_package(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """A child environment importing the aiosendfile under test (in place or installed)."""
-    env = dict(os.environ if environ is None else environ)
-    package_parent = str(Path(aiosendfile.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, env.get("PYTHONPATH")]))
-    return env

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 import aiosendfile
+from aiosendfile._core import Core
 
 from .conftest import Connection, pattern
 from .loop_ticker import Ticker
@@ -80,7 +81,7 @@ async def test_send_pipe_cancelled_does_not_starve_disk_reads(
     make_file: Callable[..., Path],
     pipes: Callable[[], tuple[io.BufferedReader, int]],
     transport_kind: str,
-    core: str,
+    core: Core,
 ) -> None:
     """Four sends from idle pipes, cancelled: a cold file's disk reads still run."""
     path = make_file(MiB, seed=3)
@@ -354,7 +355,7 @@ async def test_receive_fifo_path_without_reader_raises(
 
 @pytest.mark.parametrize("transport_kind", ["tcp", "tls"])
 async def test_receive_into_fifo_path_with_a_reader(
-    connect: Callable[..., Any], fifo: Path, transport_kind: str, core: str
+    connect: Callable[..., Any], fifo: Path, transport_kind: str, core: Core
 ) -> None:
     """With a reader there, bytes go to the FIFO; more than the pipe holds at once."""
     conn: Connection = await connect(transport_kind)
@@ -422,7 +423,7 @@ async def test_send_unflushed_writes_in_r_plus_b(
     connect: Callable[..., Any],
     make_file: Callable[..., Path],
     transport_kind: str,
-    core: str,
+    core: Core,
     where: str,
 ) -> None:
     """Bytes written to an r+b file object and not yet flushed are what is sent."""

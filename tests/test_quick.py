@@ -9,6 +9,7 @@ could not take whole to the general path without losing or reordering a byte.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket
 import time
@@ -20,11 +21,12 @@ import pytest
 
 import aiosendfile
 from aiosendfile import _core
+from aiosendfile._core import Core
 from aiosendfile._sending import api as _send
 from aiosendfile._sending import quick as _quick
 
 from .conftest import Connection, pattern
-from .test_cold import evict
+from .page_cache import evict
 
 SMALL = 4096 + 3
 QUICK_MAX = _quick.QUICK_MAX_BYTES
@@ -62,7 +64,7 @@ def receive(peer: socket.socket, size: int) -> bytes:
     [(0, None, SMALL), (10, 100, 100), (10, None, SMALL - 10), (SMALL - 2, 50, 2), (SMALL, 5, 0)],
 )
 def test_sendfile_cached_sends_what_the_file_owes(
-    core: str,
+    core: Core,
     make_file: Callable[..., Path],
     sockets: tuple[socket.socket, socket.socket],
     offset: int,
@@ -73,13 +75,13 @@ def test_sendfile_cached_sends_what_the_file_owes(
     data = path.read_bytes()  # and cached
     out, peer = sockets
     with path.open("rb") as f:
-        result = _core.sendfile_cached(out.fileno(), f.fileno(), offset, count, b"HEAD")
+        result = core.sendfile_cached(out.fileno(), f.fileno(), offset, count, b"HEAD")
     assert result == (owed, 4 + owed)
     assert receive(peer, 4 + owed) == b"HEAD" + data[offset : offset + owed]
 
 
 def test_sendfile_cached_declines_having_sent_nothing(
-    core: str,
+    core: Core,
     make_file: Callable[..., Path],
     sockets: tuple[socket.socket, socket.socket],
 ) -> None:
@@ -101,14 +103,14 @@ def test_sendfile_cached_declines_having_sent_nothing(
         for reason, (path, kwargs) in declined.items():
             if path is None:
                 fd = r
-                assert _core.sendfile_cached(out.fileno(), fd, 0, None, b"H", **kwargs) is None
+                assert core.sendfile_cached(out.fileno(), fd, 0, None, b"H", **kwargs) is None
                 continue
             with path.open("rb") as f:
-                result = _core.sendfile_cached(out.fileno(), f.fileno(), 0, None, b"H", **kwargs)
+                result = core.sendfile_cached(out.fileno(), f.fileno(), 0, None, b"H", **kwargs)
                 assert result is None, reason
         # Within max_bytes the same big file goes.
         with big.open("rb") as f:
-            assert _core.sendfile_cached(out.fileno(), f.fileno(), 0, 10, b"") == (10, 10)
+            assert core.sendfile_cached(out.fileno(), f.fileno(), 0, 10, b"") == (10, 10)
         peer.setblocking(False)
         assert peer.recv(100) == pattern(10)  # nothing of the declined calls arrived
     finally:
@@ -117,21 +119,21 @@ def test_sendfile_cached_declines_having_sent_nothing(
 
 
 def test_sendfile_cached_partial_when_the_socket_fills(
-    core: str, make_file: Callable[..., Path], sockets: tuple[socket.socket, socket.socket]
+    core: Core, make_file: Callable[..., Path], sockets: tuple[socket.socket, socket.socket]
 ) -> None:
     path = make_file(QUICK_MAX)
     data = path.read_bytes()
     out, peer = sockets
     out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     with path.open("rb") as f:
-        result = _core.sendfile_cached(out.fileno(), f.fileno(), 0, None, b"HEAD")
+        result = core.sendfile_cached(out.fileno(), f.fileno(), 0, None, b"HEAD")
         assert result is not None
         owed, written = result
         assert owed == QUICK_MAX
         assert 4 < written < 4 + QUICK_MAX  # the socket took part of it
         # A full socket with nothing written is the step's own BlockingIOError.
         with pytest.raises(BlockingIOError):
-            _core.sendfile_cached(out.fileno(), f.fileno(), written - 4, None)
+            core.sendfile_cached(out.fileno(), f.fileno(), written - 4, None)
     assert receive(peer, written) == (b"HEAD" + data)[:written]
 
 
@@ -146,7 +148,7 @@ def test_sendfile_cached_partial_when_the_socket_fills(
     ],
 )
 def test_sendfile_cached_bad_arguments(
-    core: str,
+    core: Core,
     make_file: Callable[..., Path],
     sockets: tuple[socket.socket, socket.socket],
     args: tuple[Any, ...],
@@ -156,7 +158,7 @@ def test_sendfile_cached_bad_arguments(
     out, peer = sockets
     with make_file(SMALL).open("rb") as f:
         with pytest.raises(error, match=message):
-            _core.sendfile_cached(out.fileno(), f.fileno(), *args)
+            core.sendfile_cached(out.fileno(), f.fileno(), *args)
     peer.setblocking(False)
     with pytest.raises(BlockingIOError):
         peer.recv(1)  # nothing was sent
@@ -182,17 +184,17 @@ def no_general_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def quick_results(monkeypatch: pytest.MonkeyPatch, core: str) -> list[Any]:
+def quick_results(monkeypatch: pytest.MonkeyPatch, core: _core.Core) -> list[Any]:
     """What every call of the core's sendfile_cached() returned (None: declined)."""
     results: list[Any] = []
-    real = _core.sendfile_cached
+    real = core.sendfile_cached
 
     def recording(*args: Any) -> Any:
         result = real(*args)
         results.append(result)
         return result
 
-    monkeypatch.setattr(_core, "sendfile_cached", recording)
+    monkeypatch.setattr(_core, "active", dataclasses.replace(core, sendfile_cached=recording))
     return results
 
 
@@ -203,7 +205,7 @@ async def test_send_small_response_in_one_call(
     make_file: Callable[..., Path],
     plain_transport: str,
     writer_kind: str,
-    core: str,
+    core: Core,
     no_general_path: None,
     offset: int,
     count: int | None,
@@ -229,7 +231,7 @@ async def test_send_small_response_behind_queued_bytes(
     make_file: Callable[..., Path],
     plain_transport: str,
     writer_kind: str,
-    core: str,
+    core: Core,
 ) -> None:
     """The transport still holds bytes while its socket has room again: they go first."""
     conn: Connection = await connect(plain_transport, writer_kind, reading=False, sndbuf=32 * 1024)
@@ -251,7 +253,7 @@ DECLINED = ["over-max", "not-cached", "bytearray-header", "trailers", "progress"
 async def test_send_quick_path_declines(
     connect: Callable[..., Any],
     make_file: Callable[..., Path],
-    core: str,
+    core: Core,
     quick_results: list[Any],
     case: str,
 ) -> None:
@@ -269,7 +271,7 @@ async def test_send_quick_path_declines(
     with path.open("rb") as f:
         assert await aiosendfile.send(conn.writer, f, headers=headers, **kwargs) == len(data)
         assert f.tell() == len(data)
-    if case == "not-cached" and core == "py":
+    if case == "not-cached" and core.name == "py":
         # The twin can only probe with preadv2(RWF_NOWAIT), and a probe that misses
         # starts readahead: on storage that completes a read before the probe
         # returns (seen on CI's machines), the page is cached by the time it looks.
@@ -286,7 +288,7 @@ async def test_send_quick_path_waits_for_another_send(
     connect: Callable[..., Any],
     make_file: Callable[..., Path],
     plain_transport: str,
-    core: str,
+    core: Core,
 ) -> None:
     """A small send while another waits on the same writer queues behind it, even
     when the socket has room at that moment."""
@@ -308,7 +310,7 @@ async def test_send_socket_fills_midway(
     make_file: Callable[..., Path],
     plain_transport: str,
     writer_kind: str,
-    core: str,
+    core: Core,
     quick_results: list[Any],
 ) -> None:
     """The quick path sends what the socket takes; the general path sends the rest, in order."""
@@ -333,7 +335,7 @@ async def test_send_small_response_to_a_reset_peer(
     make_file: Callable[..., Path],
     plain_transport: str,
     writer_kind: str,
-    core: str,
+    core: Core,
 ) -> None:
     """The core's error goes to the general path, which raises it and closes the transport."""
     path = make_file(SMALL)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import hashlib
 import io
@@ -23,11 +24,12 @@ from typing import Any
 import pytest
 
 import aiosendfile
+from aiosendfile._core import Core
 from aiosendfile._receiving import zerocopy as _splice
 from aiosendfile._receiving.reading import stream_internals
 
 from .conftest import Connection, RecordingProtocol, open_fds, pattern
-from .test_paths import _SYSCALL, run_under_strace
+from .subprocesses import SYSCALL, run_under_strace
 
 MiB = 1024 * 1024
 TRAILING = b"NEXT REQUEST"
@@ -72,7 +74,7 @@ async def test_receive_exact(
     tmp_path: Path,
     transport_kind: str,
     writer_kind: str,
-    core: str,
+    core: Core,
     size: int,
 ) -> None:
     """`count` bytes go to the file, byte-exact; what follows stays for the next read."""
@@ -89,7 +91,7 @@ async def test_receive_exact(
 
 
 async def test_receive_bytes_the_reader_already_holds(
-    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, core: str
+    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, core: Core
 ) -> None:
     """Bytes a StreamReader buffered before the call go first, then the socket's."""
     conn: Connection = await connect(transport_kind, reading=False)
@@ -108,7 +110,7 @@ async def test_receive_bytes_the_reader_already_holds(
 
 @pytest.mark.parametrize("transport_kind", ["tcp", "tls"])
 async def test_receive_count_met_by_what_the_reader_holds(
-    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, core: str
+    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, core: Core
 ) -> None:
     """A count the reader's buffer covers: nothing is read from the socket, the
     rest stays in the reader, and the transport's reading is left alone."""
@@ -145,7 +147,7 @@ async def test_receive_peer_closes(
     tmp_path: Path,
     transport_kind: str,
     writer_kind: str,
-    core: str,
+    core: Core,
     count: int | None,
 ) -> None:
     """count=None takes everything up to the peer's EOF (the reader then sees it too);
@@ -171,7 +173,7 @@ async def test_receive_peer_closes(
 
 
 async def test_receive_pipelined_requests(
-    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, core: str
+    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, core: Core
 ) -> None:
     """Requests back to back on one connection, sent in one go: each body to its file."""
     conn: Connection = await connect(transport_kind, reading=False)
@@ -191,7 +193,7 @@ async def test_receive_pipelined_requests(
 
 
 async def test_receive_concurrent_calls_on_one_reader(
-    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, core: str
+    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, core: Core
 ) -> None:
     """Receives on one reader run one after another, in call order."""
     conn: Connection = await connect(transport_kind, reading=False)
@@ -215,7 +217,7 @@ async def test_receive_while_sending_on_the_same_connection(
     tmp_path: Path,
     transport_kind: str,
     writer_kind: str,
-    core: str,
+    core: Core,
 ) -> None:
     """A send() and a receive() on one connection at once: both whole."""
     conn: Connection = await connect(transport_kind, writer_kind, sndbuf=64 * 1024)
@@ -236,7 +238,7 @@ async def test_receive_while_sending_on_the_same_connection(
 
 
 async def test_receive_offset_and_position(
-    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, core: str
+    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, core: Core
 ) -> None:
     """offset=None writes at the file's position; an offset writes there; both
     leave the position after the last byte, and the application's own buffered
@@ -261,7 +263,7 @@ async def test_receive_offset_and_position(
 
 
 async def test_receive_progress(
-    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, core: str
+    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, core: Core
 ) -> None:
     conn: Connection = await connect(transport_kind, reading=False)
     size = 3 * MiB + 1
@@ -290,7 +292,7 @@ async def test_receive_progress(
 
 
 async def test_receive_other_files(
-    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, core: str
+    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, core: Core
 ) -> None:
     """aiofiles, BytesIO, a pipe and an append-mode file (the last three buffered)."""
     import aiofiles
@@ -326,7 +328,7 @@ def _read_pipe(fd: int) -> bytes:
         return f.read()
 
 
-async def test_receive_when_the_reader_paused_its_transport(tmp_path: Path, core: str) -> None:
+async def test_receive_when_the_reader_paused_its_transport(tmp_path: Path, core: Core) -> None:
     """A StreamReader over its limit has paused its transport (its own flow control):
     receive() takes what it holds, gets the rest, and leaves both as the reader expects."""
     got: asyncio.Future[tuple[int, bool, bytes]] = asyncio.get_running_loop().create_future()
@@ -355,7 +357,9 @@ async def test_receive_when_the_reader_paused_its_transport(tmp_path: Path, core
     assert (tmp_path / "f").read_bytes() == body
 
 
-async def test_receive_from_start_server_with_uvloop_and_asyncio(tmp_path: Path, core: str) -> None:
+async def test_receive_from_start_server_with_uvloop_and_asyncio(
+    tmp_path: Path, core: Core
+) -> None:
     """The server side of start_server, the usual place for an upload handler."""
     body = pattern(5 * MiB + 1, seed=9)
     result: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -386,7 +390,7 @@ async def test_receive_cancel(
     tmp_path: Path,
     transport_kind: str,
     writer_kind: str,
-    core: str,
+    core: Core,
 ) -> None:
     """Cancelled while waiting for the peer: stops at once, nothing left open or
     registered, reading resumed, and the file's position says how far it got."""
@@ -531,7 +535,7 @@ async def test_receive_cancelled_while_executor_busy_reports_written_position(
     one_worker: OneWorker,
     transport_kind: str,
     writer_kind: str,
-    core: str,
+    core: Core,
 ) -> None:
     """Cancelled while its write waits for a busy worker thread: the write never
     starts, cancellation is immediate, and the file's position counts no byte of it."""
@@ -568,7 +572,7 @@ async def test_receive_cancelled_write_lands_before_raise(
     slow_disk: SlowDisk,
     transport_kind: str,
     writer_kind: str,
-    core: str,
+    core: Core,
 ) -> None:
     """Cancelled while a worker thread writes: that write cannot be stopped, so
     receive() waits for it and counts it; nothing reaches the file after it raised."""
@@ -599,7 +603,7 @@ async def test_receive_aborted_while_writing_held_bytes(
     tmp_path: Path,
     slow_disk: SlowDisk,
     transport_kind: str,
-    core: str,
+    core: Core,
 ) -> None:
     """The transport aborted while the reader's bytes are being written: they reach
     the file, then receive() raises TransportClosingError, never touching the socket's
@@ -619,7 +623,7 @@ async def test_receive_aborted_while_writing_held_bytes(
 
 
 async def test_receive_peer_reset_in_the_middle(
-    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, writer_kind: str, core: str
+    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, writer_kind: str, core: Core
 ) -> None:
     conn: Connection = await connect(transport_kind, writer_kind, reading=False)
     await conn.peer.push(pattern(200_000))
@@ -660,7 +664,7 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
 
 
 async def test_receive_disk_full(
-    connect: Callable[..., Any], small_fs: Path, tmp_path: Path, transport_kind: str, core: str
+    connect: Callable[..., Any], small_fs: Path, tmp_path: Path, transport_kind: str, core: Core
 ) -> None:
     """ENOSPC raises OSError, leaves nothing registered, resumes reading, and a pipe
     holding bytes the file refused is never reused (the next receive is exact)."""
@@ -710,7 +714,10 @@ async def test_receive_refused_by_the_file_after_taking_bytes(
         refusals.append(n)
         raise OSError(errno.EINVAL, "no splice_write here")
 
-    monkeypatch.setattr(aiosendfile._core, "splice_to_file", refusing)
+    active = aiosendfile._core.active
+    monkeypatch.setattr(
+        aiosendfile._core, "active", dataclasses.replace(active, splice_to_file=refusing)
+    )
     path = tmp_path / "f"
     assert await aiosendfile.receive(conn.reader, conn.writer, path, len(data)) == len(data)
     await pushing
@@ -719,7 +726,7 @@ async def test_receive_refused_by_the_file_after_taking_bytes(
     assert await next_bytes(conn, len(TRAILING)) == TRAILING
 
 
-async def test_pipe_pool_is_capped(connect: Callable[..., Any], tmp_path: Path, core: str) -> None:
+async def test_pipe_pool_is_capped(connect: Callable[..., Any], tmp_path: Path, core: Core) -> None:
     _splice.PIPES.close_idle()
     conns: list[Connection] = [await connect("unix", reading=False) for _ in range(8)]
     tasks = [
@@ -864,7 +871,7 @@ async def test_stream_internals(connect: Callable[..., Any]) -> None:
 
 @pytest.mark.parametrize("transport_kind", ["tcp", "unix", "tls"])
 async def test_receive_zero_copy_holds_no_python_buffer(
-    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, core: str
+    connect: Callable[..., Any], tmp_path: Path, transport_kind: str, core: Core
 ) -> None:
     """tracemalloc covers every thread: on a plain socket the bytes never reach a
     Python object; over TLS (the control) the buffered path's buffers show."""
@@ -890,16 +897,16 @@ async def test_receive_zero_copy_holds_no_python_buffer(
 @pytest.mark.parametrize("kind", ["tcp", "unix"])
 @pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
 def test_receive_zero_copy_under_strace(
-    loop_name: str, kind: str, core: str, tmp_path: Path
+    loop_name: str, kind: str, core: Core, tmp_path: Path
 ) -> None:
     """The kernel's own record: every byte left the socket by splice(2) into a pipe
     and reached the file by splice(2); no read-like call took any from the socket."""
     size = 5 * MiB + 3
     trace = tmp_path / "trace.txt"
     calls = "socket,socketpair,close,splice,dup,fcntl,read,readv,recvfrom,recvmsg"
-    args = (loop_name, core, kind, str(size), str(tmp_path / "f"))
+    args = (loop_name, core.name, kind, str(size), str(tmp_path / "f"))
     fields = run_under_strace(trace, calls, "receive_once.py", *args)
-    assert fields["received"] == str(size) and fields["core"] == core
+    assert fields["received"] == str(size) and fields["core"] == core.name
     sock, file = fields["sock"], fields["file"]
     socket_fds = {sock}
     into_pipe = into_file = read_from_socket = 0
@@ -909,7 +916,7 @@ def test_receive_zero_copy_under_strace(
             born = True
         elif re.search(rf"^\d+\s+close\({sock}\)", line):
             born = False
-        match = _SYSCALL.match(line)
+        match = SYSCALL.match(line)
         if not match or not born:
             continue
         call, fd, result = match[1], match[2], int(match[3])

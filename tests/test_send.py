@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import aiosendfile
+from aiosendfile._core import Core
 
 from .conftest import Connection, expected_path, pattern
 
@@ -46,7 +47,7 @@ async def test_send_range(
     connect: Callable[..., Any],
     make_file: Callable[..., Path],
     transport_kind: str,
-    core: str,
+    core: Core,
     offset: int,
     count: int | None,
 ) -> None:
@@ -67,7 +68,7 @@ async def test_send_whole_file(
     make_file: Callable[..., Path],
     transport_kind: str,
     writer_kind: str,
-    core: str,
+    core: Core,
 ) -> None:
     size = 3 * 1024 * 1024 + 7
     path = make_file(size)
@@ -84,7 +85,7 @@ async def test_send_ordering_with_queued_data(
     make_file: Callable[..., Path],
     transport_kind: str,
     writer_kind: str,
-    core: str,
+    core: Core,
 ) -> None:
     """Bytes still queued in the transport go first (aiohttp#1093: headers after the body)."""
     conn: Connection = await connect(transport_kind, writer_kind, reading=False, sndbuf=32 * 1024)
@@ -119,7 +120,7 @@ async def test_send_headers_and_trailers(
     connect: Callable[..., Any],
     make_file: Callable[..., Path],
     transport_kind: str,
-    core: str,
+    core: Core,
     form: str,
 ) -> None:
     headers, trailers = HEADER_FORMS[form]
@@ -149,7 +150,7 @@ async def test_send_headers_with_empty_range(
     connect: Callable[..., Any],
     make_file: Callable[..., Path],
     transport_kind: str,
-    core: str,
+    core: Core,
     offset: int,
     count: int | None,
 ) -> None:
@@ -168,7 +169,7 @@ async def test_send_large_header_partly_sent(
     connect: Callable[..., Any],
     make_file: Callable[..., Path],
     transport_kind: str,
-    core: str,
+    core: Core,
 ) -> None:
     """A header bigger than the socket buffer goes out in pieces, then the file."""
     header = pattern(512 * 1024, seed=7)
@@ -186,7 +187,7 @@ async def test_send_concurrent_sends_on_one_writer(
     make_file: Callable[..., Path],
     transport_kind: str,
     writer_kind: str,
-    core: str,
+    core: Core,
 ) -> None:
     """Ten concurrent sends go one after another, in call order, never interleaved."""
     conn: Connection = await connect(transport_kind, writer_kind, reading=False, sndbuf=32 * 1024)
@@ -206,7 +207,7 @@ async def test_send_progress(
     connect: Callable[..., Any],
     make_file: Callable[..., Path],
     transport_kind: str,
-    core: str,
+    core: Core,
 ) -> None:
     size = 2 * 1024 * 1024 + 3
     path = make_file(size)
@@ -227,7 +228,7 @@ async def test_send_progress(
     await conn.received_after_close()
 
 
-async def test_send_progress_unknown_total(connect: Callable[..., Any], core: str) -> None:
+async def test_send_progress_unknown_total(connect: Callable[..., Any], core: Core) -> None:
     calls: list[tuple[int, int | None]] = []
     conn: Connection = await connect("tcp")
     rfd, wfd = os.pipe()
@@ -243,7 +244,7 @@ async def test_send_progress_unknown_total(connect: Callable[..., Any], core: st
 
 
 async def test_send_path_argument(
-    connect: Callable[..., Any], make_file: Callable[..., Path], transport_kind: str, core: str
+    connect: Callable[..., Any], make_file: Callable[..., Path], transport_kind: str, core: Core
 ) -> None:
     """A str or PathLike is opened, sent and closed (the leak fixture checks the close)."""
     path = make_file(SIZE)
@@ -255,7 +256,7 @@ async def test_send_path_argument(
 
 
 async def test_send_from_server_side_writer(
-    make_file: Callable[..., Path], core: str, tmp_path: Path
+    make_file: Callable[..., Path], core: Core, tmp_path: Path
 ) -> None:
     """Writers from start_server (the server's accepted transports) on both loops."""
     path = make_file(SIZE)
@@ -278,7 +279,7 @@ async def test_send_from_server_side_writer(
 
 
 async def test_send_bytesio_and_aiofiles(
-    connect: Callable[..., Any], make_file: Callable[..., Path], transport_kind: str, core: str
+    connect: Callable[..., Any], make_file: Callable[..., Path], transport_kind: str, core: Core
 ) -> None:
     import aiofiles
 
@@ -304,7 +305,7 @@ async def test_send_count_larger_than_any_file(
     connect: Callable[..., Any],
     make_file: Callable[..., Path],
     transport_kind: str,
-    core: str,
+    core: Core,
     given: str,
     count: int,
 ) -> None:
@@ -336,7 +337,7 @@ async def test_send_offset_past_any_file(
     connect: Callable[..., Any],
     make_file: Callable[..., Path],
     transport_kind: str,
-    core: str,
+    core: Core,
     given: str,
     offset: int,
 ) -> None:

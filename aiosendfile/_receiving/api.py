@@ -99,12 +99,12 @@ async def _run(receipt: Receipt) -> None:
 
 def _choose(side: ReadSide, target: Target) -> PathChoice:
     refusal = (
-        zero_copy_refusal(side.transport, side.sock, "splice(2)", _core.HAVE_SPLICE)
+        zero_copy_refusal(side.transport, side.sock, "splice(2)", _core.active.have_splice)
         or target.splice_refusal()
     )
     if refusal is not None:
         return PathChoice("buffered", refusal)
-    return PathChoice("zerocopy", f"splice(2), {_core.CORE} core")
+    return PathChoice("zerocopy", f"splice(2), {_core.active.name} core")
 
 
 def _check_arguments(count: object, offset: object, progress: object) -> None:

@@ -92,7 +92,7 @@ class _Engine:
             wanted = r.wanted()
             nbytes = budget if wanted is None else min(wanted, budget)
             try:
-                written = _core.splice_to_file(
+                written = _core.active.splice_to_file(
                     self.sock_fd, self.pipe_r, self.pipe_w, self.file_fd, r.position, nbytes
                 )
             except OSError as exc:

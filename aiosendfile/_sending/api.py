@@ -131,13 +131,15 @@ async def _run(transfer: Transfer, choice: PathChoice, fallback: bool) -> None:
 
 
 def _choose(flow: Flow, source: Source) -> PathChoice:
-    refusal = zero_copy_refusal(flow.transport, flow.sock, "sendfile(2)", _core.HAVE_SENDFILE)
+    refusal = zero_copy_refusal(
+        flow.transport, flow.sock, "sendfile(2)", _core.active.have_sendfile
+    )
     if refusal is not None:
         return PathChoice("buffered", refusal)
     if not source.regular:
         return PathChoice("buffered", "not a regular file")
     # Any stream socket: one whose family sendfile(2) refuses falls back on EINVAL.
-    return _ZERO_COPY[_core.CORE]
+    return _ZERO_COPY[_core.active.name]
 
 
 _ZERO_COPY = {core: PathChoice("zerocopy", f"sendfile(2), {core} core") for core in ("c", "py")}

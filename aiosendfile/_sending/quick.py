@@ -79,7 +79,7 @@ def send_quick(writer: Any, file: Any, offset: Any, count: Any, headers: Any) ->
     if type(file) is io.BufferedRandom:
         file.flush()  # the application's own unflushed writes are part of the file
     try:
-        result = _core.sendfile_cached(
+        result = _core.active.sendfile_cached(
             transport.get_extra_info("socket").fileno(),
             file.fileno(),
             offset,

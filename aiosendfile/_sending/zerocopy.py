@@ -144,7 +144,9 @@ class _Engine:
         last = position + nbytes == self.end
         trailer = t.trailer if last else b""
         try:
-            written = _core.sendfile(self.out_fd, self.in_fd, position, nbytes, t.header, trailer)
+            written = _core.active.sendfile(
+                self.out_fd, self.in_fd, position, nbytes, t.header, trailer
+            )
         except OSError as exc:
             action = classify(exc, file_bytes_sent=t.sent)
             if action is Action.FALLBACK:
@@ -187,7 +189,7 @@ class _Engine:
         if self.cache_unknown:
             return 0
         try:
-            return _core.resident(self.in_fd, start, window)
+            return _core.active.resident(self.in_fd, start, window)
         except OSError:
             self.cache_unknown = True
             return 0

@@ -1,0 +1,48 @@
+"""Tests that run a script of tests/isolated/ in a child process, or under strace."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import aiosendfile
+
+# One line of `strace -f` output: pid, call, first argument (a descriptor), result.
+SYSCALL = re.compile(r"^\d+\s+(\w+)\((\d+),.*\)\s+=\s+(-?\d+)")
+
+
+def run_under_strace(trace: Path, calls: str, script: str, *args: str) -> dict[str, str]:
+    """Runs tests/isolated/`script` under `strace -f -e trace=calls -o trace`; returns the
+    key=value fields it prints.  Skips where strace is missing (fails in CI, which
+    installs it) or cannot trace."""
+    strace = shutil.which("strace")
+    if strace is None:
+        if os.environ.get("CI"):
+            pytest.fail("strace is not installed (.ci/run installs it)")
+        pytest.skip("strace is not installed")
+    path = Path(__file__).parent / "isolated" / script
+    out = subprocess.run(
+        [strace, "-f", "-qq", "-o", str(trace), "-e", f"trace={calls}",
+         sys.executable, str(path), *args],
+        capture_output=True, text=True, timeout=120, env=env_importing_this_package(),
+    )  # fmt: skip
+    if out.returncode != 0 and "ptrace" in out.stderr:
+        if os.environ.get("CI"):
+            pytest.fail(f"strace cannot trace here: {out.stderr.strip()}")
+        pytest.skip(f"strace cannot trace here: {out.stderr.strip()}")
+    assert out.returncode == 0, out.stderr
+    return dict(item.split("=") for item in out.stdout.split())
+
+
+def env_importing_this_package(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """A child environment importing the aiosendfile under test (in place or installed)."""
+    env = dict(os.environ if environ is None else environ)
+    package_parent = str(Path(aiosendfile.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, env.get("PYTHONPATH")]))
+    return env
