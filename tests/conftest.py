@@ -69,6 +69,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="run the grid against the pure-Python core only",
     )
+    parser.addoption(
+        "--c-core-only",
+        action="store_true",
+        help="run the grid against the C core only (CI's second Python: the first runs both)",
+    )
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Any]:
@@ -85,7 +90,11 @@ def _c_core_built() -> bool:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "core" in metafunc.fixturenames:
-        cores = ["py"] if metafunc.config.getoption("--no-c-extensions") else ["c", "py"]
+        cores = ["c", "py"]
+        if metafunc.config.getoption("--no-c-extensions"):
+            cores = ["py"]
+        elif metafunc.config.getoption("--c-core-only"):
+            cores = ["c"]
         metafunc.parametrize("core", cores, indirect=True)
 
 
