@@ -9,23 +9,21 @@ USAGE = """\
 usage: python -m aiosendfile bench|lag [options]
 
 commands:
-  bench    measure aiosendfile against asyncio's loop.sendfile, buffered writes and the
-           machine's limit over 127.0.0.1 (python -m aiosendfile bench --help)
-  lag      event-loop lag while 20 cold and 20 hot files download: aiosendfile against
-           loop.sendfile (python -m aiosendfile lag --help)
+  bench    measure aiosendfile over 127.0.0.1 against asyncio's loop.sendfile, buffered
+           writes and the machine's limit; the event loop's lag while cold files download
+           (--workloads lag); receive() against read-and-write loops (--workloads upload)
+           (python -m aiosendfile bench --help)
+  lag      the same as: python -m aiosendfile bench --workloads lag [options]
 """
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] == "bench":
+    if args and args[0] in ("bench", "lag"):
         from .bench.cli import main as bench
 
-        return bench(args[1:], prog="python -m aiosendfile bench")
-    if args and args[0] == "lag":
-        from .bench.lag import main as lag
-
-        return lag(args[1:])
+        options = args[1:] if args[0] == "bench" else ["--workloads", "lag", *args[1:]]
+        return bench(options, prog="python -m aiosendfile bench")
     if args and args[0] in ("-h", "--help"):
         print(USAGE, end="")
         return 0

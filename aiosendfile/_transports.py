@@ -51,11 +51,30 @@ def is_socket_object(obj: object) -> bool:
     )
 
 
+# On both loops TLS is a transport class of its own over a plain one, so for their
+# classes the ssl_object verdict is kept per class (asking uvloop costs as much as
+# the rest of a small send's checks); any other class is asked every time.
+_LOOP_MODULES = ("asyncio.", "uvloop.")
+_tls_by_class: dict[type, bool] = {}
+
+
+def is_tls(transport: Any) -> bool:
+    """Whether the transport carries TLS (zero-copy cannot: the kernel would send
+    plaintext), by its ssl_object: the one test for every path."""
+    cls = type(transport)
+    verdict = _tls_by_class.get(cls)
+    if verdict is None:
+        verdict = transport.get_extra_info("ssl_object") is not None
+        if cls.__module__.startswith(_LOOP_MODULES):
+            _tls_by_class[cls] = verdict
+    return verdict
+
+
 def zero_copy_refusal(transport: Any, sock: Any, syscall: str, available: bool) -> str | None:
     """Why the platform or the transport rules out zero-copy (None: they do not)."""
     if not available:
         return f"no {syscall} on this platform"
-    if transport.get_extra_info("ssl_object") is not None:
+    if is_tls(transport):
         return "TLS transport"
     if sock is None:
         return "the transport has no socket"

@@ -17,13 +17,14 @@ from typing import Any
 
 import pytest
 
+from aiosendfile.bench.cli import WORKLOAD_NAMES
 from aiosendfile.bench.senders import REGISTRY
 
-WORKLOADS = ("large", "small-4k", "small-64k", "concurrent")
-# The smallest run that still exercises every row and workload.
+# The smallest run that still exercises every row and workload (all of them, by default).
 SMALLEST = [
     "--size", "4M", "--runs", "1", "--requests", "20",
-    "--connections", "8", "--conn-size", "1M", "--no-progress",
+    "--connections", "8", "--conn-size", "1M",
+    "--lag-clients", "2", "--lag-size", "1M", "--upload-size", "4M", "--no-progress",
 ]  # fmt: skip
 HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
@@ -66,8 +67,9 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> BenchRun:
 
 def test_bench_runs_every_row_of_every_workload(bench: BenchRun) -> None:
     ran = {(s["workload"]["name"], r["row"]) for s in bench.data["sections"] for r in s["rows"]}
-    expected = {(w, r.name) for r in REGISTRY.values() for w in WORKLOADS if w in r.workloads}
+    expected = {(w, r.name) for r in REGISTRY.values() for w in WORKLOAD_NAMES if w in r.workloads}
     assert ran == expected
+    assert {w for w, _ in ran} == set(WORKLOAD_NAMES)
     assert bench.data["failures"] == []
 
 
@@ -76,7 +78,9 @@ def test_bench_json_figures_are_well_formed(bench: BenchRun) -> None:
     assert data["command"].startswith("python -m aiosendfile bench --size 4M")
     assert {"date", "cpus", "python", "uvloop", "aiosendfile"} <= set(data["machine"])
     for section in data["sections"]:
-        limit, asyncio_ref = section["references"]
+        kind = section["workload"]["kind"]
+        limit, asyncio_ref = section["references"] or (None, None)
+        assert (limit is None) == (kind in ("files", "upload"))
         assert section["unit"] in ("MB/s", "responses/s")
         assert section["receiver_ceiling"] > 0
         for row in section["rows"]:
@@ -91,9 +95,28 @@ def test_bench_json_figures_are_well_formed(bench: BenchRun) -> None:
                 assert row["vs_limit"] == 1.0
             if row["row"] == asyncio_ref:
                 assert row["vs_asyncio"] == 1.0
-            if "aiosendfile" in row["row"]:
-                expected = "buffered" if section["transport"] == "tls" else "zerocopy"
-                assert [p.split(":")[0] for p in row["paths"]] == [expected]
+            if row["row"].startswith(("aiosendfile", "tls-aiosendfile")):
+                expected = {"zerocopy"}
+                if section["transport"] == "tls":
+                    expected = {"buffered"}
+                elif kind == "requests":  # a small cached response may go in one call
+                    expected = {"quick", "zerocopy"}
+                taken = [p.split(":")[0] for p in row["paths"]]
+                assert len(taken) == 1 and set(taken) <= expected, taken
+            if kind == "upload":
+                assert row["baseline"] in ("read-write-asyncio", "read-write-uvloop")
+                assert row["vs_baseline"] > 0 and row["cpu_vs_baseline"] > 0
+                if row["row"] == row["baseline"]:
+                    assert row["vs_baseline"] == row["cpu_vs_baseline"] == 1.0
+            else:
+                assert row["baseline"] is None
+            if kind == "files":  # the lag workload: its probe and its two groups
+                lag = row["lag"]
+                assert lag["wakeups"] == len(sample["lags_ms"]) > 0
+                assert 0 <= lag["p50_ms"] <= lag["p99_ms"] <= lag["max_ms"]
+                assert lag["cold_mb_per_s"] > 0 and lag["hot_mb_per_s"] > 0
+            else:
+                assert row["lag"] is None and sample["lags_ms"] == []
         growth = [row["rss_growth"] for row in section["rows"]]
         assert all(g is None or g >= 0 for g in growth)
     for verdict in data["targets"]:
@@ -109,12 +132,19 @@ def test_bench_markdown_tables_are_well_formed(bench: BenchRun) -> None:
         header, rule, *body = rows
         assert all(cell.startswith("---") for cell in rule)
         assert all(len(cells) == len(header) for cells in (rule, *body))
+        assert all(cell for cells in body for cell in cells[:2])  # a name and a figure
         names = [cells[0].strip("`") for cells in body]
+        if section["workload"]["kind"] == "files":  # the lag table has no ceiling row
+            assert names == [row["row"] for row in section["rows"]]
+            assert header[:4] == ["row", "lag p50 ms", "lag p99 ms", "lag max ms"]
+            continue
         assert names[:-1] == [row["row"] for row in section["rows"]]
-        assert names[-1].startswith("receiver ceiling")
+        peer = "sender" if section["workload"]["kind"] == "upload" else "receiver"
+        assert names[-1].startswith(f"{peer} ceiling")
     assert "Command: `python -m aiosendfile bench --size 4M" in bench.stdout
     assert "Machine: " in bench.stdout and "Date: " in bench.stdout
     assert "Targets" in bench.stdout
+    assert "Loop lag: " in bench.stdout and "Upload: " in bench.stdout  # what they measure
 
 
 def test_bench_progress_goes_to_stderr_only_when_asked(bench: BenchRun) -> None:
@@ -139,6 +169,12 @@ def test_bench_unknown_row_is_a_usage_error() -> None:
     done = run_bench("bench", "--only", "no-such-row")
     assert done.returncode == 2
     assert "no row matches 'no-such-row'" in done.stderr
+
+
+def test_bench_unknown_workload_is_a_usage_error() -> None:
+    done = run_bench("bench", "--workloads", "lag,no-such-workload")
+    assert done.returncode == 2
+    assert "no workload matches 'no-such-workload'" in done.stderr
 
 
 def test_main_without_command_prints_usage() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
 import socket
 import time
@@ -30,6 +31,7 @@ from .page_cache import evict
 
 SMALL = 4096 + 3
 QUICK_MAX = _quick.QUICK_MAX_BYTES
+QUICK_REASON = _quick.QUICK.reason
 
 
 @pytest.fixture(params=["unix", "tcp"])
@@ -180,7 +182,7 @@ def no_general_path(monkeypatch: pytest.MonkeyPatch) -> None:
     def general(*args: Any) -> Any:
         raise AssertionError("send() took its general path")
 
-    monkeypatch.setattr(_send, "_flow_of", general)
+    monkeypatch.setattr(_send, "_send", general)
 
 
 @pytest.fixture
@@ -326,6 +328,8 @@ async def test_send_socket_fills_midway(
         conn.peer.resume()
         assert await asyncio.wait_for(sending, 10) == QUICK_MAX
         assert f.tell() == QUICK_MAX
+        # The rest went straight to the general path, not through the quick route again.
+        assert len(quick_results) == 1
     conn.write(b"AFTER")
     assert await conn.received_after_close() == b"HEAD" + data + b"AFTER"
 
@@ -347,3 +351,51 @@ async def test_send_small_response_to_a_reset_peer(
             await aiosendfile.send(conn.writer, path, headers=b"HEAD")
             await asyncio.sleep(0.05)
     assert conn.transport.is_closing()
+
+
+async def test_which_path_names_the_quick_route(
+    connect: Callable[..., Any],
+    make_file: Callable[..., Path],
+    plain_transport: str,
+    writer_kind: str,
+    core: Core,
+) -> None:
+    """which_path() says "quick" where send() would take the quick route now: a small
+    open() file, all cached, an idle plain transport; "zerocopy" otherwise."""
+    small, large = make_file(SMALL, seed=1), make_file(QUICK_MAX + 1, seed=2)
+    conn: Connection = await connect(plain_transport, writer_kind, reading=False, sndbuf=16 * 1024)
+    with small.open("rb") as f, large.open("rb") as g:
+        assert aiosendfile.which_path(conn.writer, f) == ("quick", QUICK_REASON)
+        assert aiosendfile.which_path(conn.writer, g).path == "zerocopy"  # too large
+        assert aiosendfile.which_path(conn.writer, small).path == "zerocopy"  # a path
+        evict(small)
+        if (
+            core.name == "c"
+        ):  # the twin's probe may read the page in (test_send_quick_path_declines)
+            assert aiosendfile.which_path(conn.writer, f).path == "zerocopy"  # not cached
+        f.read()  # cached again
+        conn.write(b"x" * (4 * 1024 * 1024))  # the peer reads nothing: bytes stay queued
+        assert conn.transport.get_write_buffer_size() > 0
+        assert aiosendfile.which_path(conn.writer, f).path == "zerocopy"  # not idle
+    conn.transport.abort()
+
+
+async def test_which_path_quick_not_for_tls(
+    connect: Callable[..., Any], make_file: Callable[..., Path], core: Core
+) -> None:
+    conn: Connection = await connect("tls")
+    with make_file(SMALL).open("rb") as f:
+        assert aiosendfile.which_path(conn.writer, f) == ("buffered", "TLS transport")
+
+
+async def test_send_quick_route_logged(
+    connect: Callable[..., Any],
+    make_file: Callable[..., Path],
+    core: Core,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """At DEBUG level the aiosendfile logger names the quick route, as it names the others."""
+    conn: Connection = await connect("tcp")
+    with make_file(SMALL).open("rb") as f, caplog.at_level(logging.DEBUG, logger="aiosendfile"):
+        assert await aiosendfile.send(conn.writer, f) == SMALL
+    assert [r.getMessage() for r in caplog.records] == [f"send {SMALL}: quick ({QUICK_REASON})"]

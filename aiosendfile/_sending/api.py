@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -12,24 +11,15 @@ from .._errors import SendfileNotAvailableError, transport_closing
 from .._files import MAX_FILE_POSITION
 from .._progress import Progress
 from .._serial import claim_turn, end_turn, take_turn
-from .._transports import PathChoice, check_stream_transport, zero_copy_refusal
+from .._transports import PathChoice, zero_copy_refusal
 from .buffered import send_buffered
 from .flow import Flow
-from .quick import send_quick
+from .quick import QUICK, quick_route_open, send_quick
 from .source import Source, open_source
 from .transfer import Transfer
 from .zerocopy import ZeroCopyRefused, start_zerocopy
 
 log = logging.getLogger("aiosendfile")
-
-_TRANSPORT_METHODS = (
-    "write",
-    "is_closing",
-    "get_extra_info",
-    "get_write_buffer_size",
-    "get_write_buffer_limits",
-    "set_write_buffer_limits",
-)
 
 
 async def send(
@@ -47,29 +37,38 @@ async def send(
 
     See the README for the full contract.
     """
+    if type(offset) is not int or not 0 <= offset <= MAX_FILE_POSITION or count is not None:
+        count = _checked_range(offset, count)  # the common case (an offset, to the end) skips it
     if trailers is None and progress is None:
         quick = send_quick(writer, file, offset, count, headers)
         if quick is not None:
             if not quick.header_left and not quick.file_left:
                 return quick.file_bytes  # the whole response, in one call of the core
             # The socket filled midway: the general path sends the rest, in order.
-            rest = await send(
-                writer,
-                file,
-                offset + quick.file_bytes,
-                quick.file_left,
-                headers=quick.header_left,
-                fallback=fallback,
-            )
+            rest = await _send(
+                writer, file, offset + quick.file_bytes, quick.file_left,
+                quick.header_left, b"", fallback, None,
+            )  # fmt: skip
             return quick.file_bytes + rest
-    flow = _flow_of(writer)
-    _check_range(offset, count)
-    if count is not None and count > MAX_FILE_POSITION:
-        count = None  # more than any file holds: to the end, as asyncio takes it
     header = _join_buffers("headers", headers)
     trailer = _join_buffers("trailers", trailers)
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be callable, not {type(progress).__name__}")
+    return await _send(writer, file, offset, count, header, trailer, fallback, progress)
+
+
+async def _send(
+    writer: Any,
+    file: Any,
+    offset: int,
+    count: int | None,
+    header: bytes,
+    trailer: bytes,
+    fallback: bool,
+    progress: Progress | None,
+) -> int:
+    """The general path, for arguments already checked (count None past any file's end)."""
+    flow = Flow.of(writer)
     source = open_source(file)
     try:
         transport = flow.transport
@@ -105,11 +104,18 @@ async def send(
 
 
 def which_path(writer: Any, file: Any) -> PathChoice:
-    """Tells which path send(writer, file) would take, and why; sends nothing."""
-    flow = _flow_of(writer)
+    """Tells which path send(writer, file) would take, and why; sends nothing.
+
+    "quick" where send(writer, file) with no trailers or progress, and bytes or no
+    headers, would take the quick route now (see _sending.quick).
+    """
+    flow = Flow.of(writer)
     source = open_source(file)
     try:
-        return _choose(flow, source)
+        choice = _choose(flow, source)
+        if choice.path == "zerocopy" and quick_route_open(flow.transport, file, source):
+            return QUICK
+        return choice
     finally:
         source.close()
 
@@ -145,29 +151,9 @@ def _choose(flow: Flow, source: Source) -> PathChoice:
 _ZERO_COPY = {core: PathChoice("zerocopy", f"sendfile(2), {core} core") for core in ("c", "py")}
 
 
-def _flow_of(writer: Any) -> Flow:
-    if isinstance(writer, asyncio.StreamWriter):
-        transport, stream_writer = writer.transport, writer
-    else:
-        transport, stream_writer = writer, None
-    if type(transport) not in _stream_transport_types:
-        _check_stream_transport(writer, transport)
-    return Flow(transport, stream_writer)
-
-
-# Transport classes already seen to be stream transports (uvloop's are not
-# asyncio.WriteTransport subclasses, so the check is by what they can do).
-_stream_transport_types: set[type] = set()
-
-
-def _check_stream_transport(writer: Any, transport: Any) -> None:
-    sock = check_stream_transport(writer, transport, _TRANSPORT_METHODS, "sending", "write")
-    if sock is not None:
-        _stream_transport_types.add(type(transport))
-
-
-def _check_range(offset: object, count: object) -> None:
-    # asyncio.loop.sendfile's checks and messages, but count=0 is allowed.
+def _checked_range(offset: object, count: object) -> int | None:
+    """`count`, None when it goes past any file's end; TypeError or ValueError for a
+    bad range (asyncio.loop.sendfile's checks and messages, but count=0 is allowed)."""
     if not isinstance(offset, int) or isinstance(offset, bool):
         raise TypeError(f"offset must be a non-negative integer (got {offset!r})")
     if offset < 0:
@@ -176,11 +162,14 @@ def _check_range(offset: object, count: object) -> None:
         raise ValueError(
             f"offset must be at most 2**63 - 1, the largest file position (got {offset})"
         )
-    if count is not None:
-        if not isinstance(count, int) or isinstance(count, bool):
-            raise TypeError(f"count must be a non-negative integer or None (got {count!r})")
-        if count < 0:
-            raise ValueError(f"count must be a non-negative integer or None (got {count!r})")
+    if count is None:
+        return None
+    if not isinstance(count, int) or isinstance(count, bool):
+        raise TypeError(f"count must be a non-negative integer or None (got {count!r})")
+    if count < 0:
+        raise ValueError(f"count must be a non-negative integer or None (got {count!r})")
+    # More than any file holds: to the end, as asyncio takes it.
+    return None if count > MAX_FILE_POSITION else count
 
 
 def _check_reachable(source: Source, offset: int) -> None:

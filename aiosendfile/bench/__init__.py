@@ -3,10 +3,14 @@
 One module per job:
 
 - ``workloads.py``  the workloads and the wire protocol: the contract of both processes
-- ``senders.py``    the rows, behind one documented interface (`Sender`)
+- ``senders.py``    the rows, behind one documented interface (`Sender`); upload rows receive
 - ``serving.py``    how a row serves connections: a thread each, or an asyncio server
+                    (with the lag probe, for the lag workload)
 - ``server.py``     the server process of one measurement; measures its own CPU and memory
-- ``receiver.py``   the receiver process: kernel discard on TCP, real decryption on TLS
+- ``receiver.py``   the receiver process, the other end: kernel discard on TCP, real
+                    decryption on TLS; the sending end of uploads
+- ``files.py``      the files a run serves, their page cache, the TLS certificates
+- ``slowfs.py``     a slow disk: a FUSE passthrough sleeping before every read
 - ``measure.py``    a process measuring itself (getrusage, /proc)
 - ``runner.py``     one measurement from the orchestrator's side: processes, timeouts, a Sample
 - ``results.py``    medians, spreads and same-run ratios

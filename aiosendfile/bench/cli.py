@@ -2,10 +2,10 @@
 
 Plans which rows serve which workloads, makes the files (and TLS
 certificates), then measures: for each workload, every row once per run, the
-rows interleaved and their order rotated from run to run, since this kind of
-machine drifts 2-4x between repetitions (shared/NOTES.md).  Each measurement
-is a server process of its own plus the one receiver process (runner.py).
-Prints Markdown tables on stdout, a progress bar on stderr.
+rows interleaved and their order rotated from run to run, since a small,
+shared VM's throughput drifts several-fold between repetitions.  Each
+measurement is a server process of its own plus the one receiver process
+(runner.py).  Prints Markdown tables on stdout, a progress bar on stderr.
 """
 
 from __future__ import annotations
@@ -26,18 +26,37 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import report, runner, senders, targets
+from . import files, report, runner, senders, targets
+from .files import Served
 from .progress import Progress
 from .results import Failure, Sample, Section, summarize
 from .senders import REGISTRY, Sender
+from .slowfs import MountError
 from .workloads import Transport, Workload
 
-DEFAULTS = {"size": 1 << 30, "runs": 5, "requests": 2000, "connections": 200, "conn_size": 16 << 20}
+DEFAULTS = {
+    "size": 1 << 30,
+    "runs": 5,
+    "requests": 2000,
+    "connections": 200,
+    "conn_size": 16 << 20,
+    "lag_clients": 20,
+    "lag_size": 32 << 20,
+    "upload_size": 1 << 30,
+}
 # --quick: the same rows and workloads, smaller and once; under a minute on 2 cores.
-QUICK = {"size": 256 << 20, "runs": 1, "requests": 500, "connections": 200, "conn_size": 2 << 20}
+QUICK = {
+    "size": 256 << 20,
+    "runs": 1,
+    "requests": 500,
+    "connections": 200,
+    "conn_size": 2 << 20,
+    "lag_clients": 10,
+    "lag_size": 8 << 20,
+    "upload_size": 256 << 20,
+}
 SMALL_SIZES = {"small-4k": 4 << 10, "small-64k": 64 << 10}
-WORKLOAD_NAMES = ("large", "small-4k", "small-64k", "concurrent")
-BLOCK = 16 << 20  # one os.urandom() block, written over and over: random-ish and fast
+WORKLOAD_NAMES = ("large", "small-4k", "small-64k", "concurrent", "lag", "upload")
 
 
 class UsageError(Exception):
@@ -58,6 +77,16 @@ def parse_size(text: str) -> int:
     return size
 
 
+def milliseconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value <= 1000:
+        raise argparse.ArgumentTypeError("must be over 0 and at most 1000 ms")
+    return value
+
+
 def positive(text: str) -> int:
     try:
         value = int(text)
@@ -72,9 +101,11 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Measure aiosendfile against what you would use instead (asyncio's "
-        "loop.sendfile, 256 KiB buffered writes) and against the machine's limit (a blocking "
-        "socket.sendfile thread), over 127.0.0.1: a large file, small files as "
-        "request/response, concurrent downloads, and TLS. Prints Markdown tables.",
+        "loop.sendfile, 256 KiB buffered writes, a read-and-write upload loop, aiofiles) and "
+        "against the machine's limit (a blocking socket.sendfile thread), over 127.0.0.1: a "
+        "large file, small files as request/response, concurrent downloads, TLS, the event "
+        "loop's lag while cold and hot files download, and uploads received into a file. "
+        "Prints Markdown tables.",
         epilog="Rows: " + ", ".join(REGISTRY) + ". Workloads: " + ", ".join(WORKLOAD_NAMES) + ".",
     )
     sizes = parser.add_argument_group("workloads")
@@ -82,7 +113,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "--quick",
         action="store_true",
         help="a smaller run, once: --size 256M --runs 1 --requests 500 --conn-size 2M "
-        "(options given explicitly still win)",
+        "--lag-clients 10 --lag-size 8M --upload-size 256M (options given explicitly still win)",
     )
     sizes.add_argument(
         "--size", type=parse_size, help="the large file's size, K/M/G suffixes (default 1G)"
@@ -101,6 +132,33 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     sizes.add_argument(
         "--conn-size", type=parse_size, help="concurrent: bytes per download (default 16M)"
     )
+    sizes.add_argument(
+        "--lag-clients",
+        type=positive,
+        help="lag: downloads of cold files at once, and as many of hot ones (default 20)",
+    )
+    sizes.add_argument(
+        "--lag-size", type=parse_size, help="lag: bytes per file, K/M/G (default 32M)"
+    )
+    sizes.add_argument(
+        "--lag-disk",
+        choices=("plain", "fuse"),
+        default="plain",
+        help="lag: the cold files on the machine's disk (plain, the default) or behind a FUSE "
+        "passthrough that sleeps before every read (fuse: needs fusepy, libfuse2, /dev/fuse)",
+    )
+    sizes.add_argument(
+        "--lag-delay",
+        type=milliseconds,
+        default=2.0,
+        metavar="MS",
+        help="lag: milliseconds each read of --lag-disk fuse sleeps (default 2)",
+    )
+    sizes.add_argument(
+        "--upload-size",
+        type=parse_size,
+        help="upload: bytes received into a file per run, K/M/G (default 1G)",
+    )
     choice = parser.add_argument_group("what runs")
     choice.add_argument(
         "--only",
@@ -110,7 +168,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     choice.add_argument(
         "--workloads",
         metavar="NAMES",
-        help="comma-separated workloads to run (large, small, small-4k, small-64k, concurrent)",
+        help="comma-separated workloads to run, with shell wildcards (default: all of "
+        + ", ".join(WORKLOAD_NAMES)
+        + "; small is small-4k and small-64k)",
     )
     choice.add_argument(
         "--cpu",
@@ -149,11 +209,22 @@ def select_workloads(args: argparse.Namespace) -> list[Workload]:
         _check_patterns(wanted, WORKLOAD_NAMES, "workload")
     # A few untimed responses first; the first of them is checked byte for byte.
     warmup = max(1, min(100, args.requests // 20))
+    delay = args.lag_delay / 1000 if args.lag_disk == "fuse" else 0.0
     workloads = {
         "large": Workload("large", "stream", args.size),
         "concurrent": Workload(
             "concurrent", "stream", args.conn_size, connections=args.connections
         ),
+        "lag": Workload(
+            "lag",
+            "files",
+            args.lag_size,
+            connections=2 * args.lag_clients,
+            cold=args.lag_clients,
+            probe=True,
+            read_delay=delay,
+        ),
+        "upload": Workload("upload", "upload", args.upload_size),
     }
     for name, size in SMALL_SIZES.items():
         workloads[name] = Workload(
@@ -202,39 +273,13 @@ def pinned_cpus(args: argparse.Namespace) -> tuple[int, ...]:
     return (cpu,)
 
 
-# --- files and certificates ---
-
-
-def make_file(path: Path, size: int) -> None:
-    block = os.urandom(min(BLOCK, size))
-    with open(path, "wb") as file:
-        for _ in range(size // len(block)):
-            file.write(block)
-        file.write(block[: size % len(block)])
-        file.flush()
-        # Written back now, so the disk is idle during the timed rows; the pages stay cached.
-        os.fsync(file.fileno())
-
-
-def make_certificates(directory: Path) -> tuple[str, str, str] | None:
-    """(certificate chain, key, CA) PEM files for 127.0.0.1, or None without trustme."""
-    try:  # optional: the [bench] and [test] extras
-        import trustme  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        return None
-    ca = trustme.CA()
-    cert = ca.issue_cert("localhost", "127.0.0.1")
-    chain, key, authority = directory / "chain.pem", directory / "key.pem", directory / "ca.pem"
-    chain.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
-    cert.private_key_pem.write_to_path(str(key))
-    ca.cert_pem.write_to_path(str(authority))
-    return str(chain), str(key), str(authority)
-
-
 def _result_text(sample: Sample) -> str:
     value = f"{sample.value:,.0f} {sample.workload.unit}"
     if sample.workload.kind == "requests":
         return f"{value}, server CPU {sample.cpu:.1f} µs/response"
+    if sample.workload.probe:
+        worst = max(sample.lags_ms, default=0.0)
+        return f"{value}, lag max {worst:.1f} ms, server CPU {sample.cpu:.2f} s/GiB"
     return f"{value}, server CPU {sample.cpu:.2f} s/GiB"
 
 
@@ -279,7 +324,7 @@ def make_plan(workloads: Sequence[Workload], rows: Sequence[Sender], have_tls: b
 def measure_all(
     plan: Plan,
     runs: int,
-    files: dict[str, str],
+    served: dict[str, Served],
     tls: tuple[str, str, str] | None,
     cpus: tuple[int, ...],
     progress: Progress,
@@ -299,7 +344,7 @@ def measure_all(
                     row,
                     workload,
                     run,
-                    files[workload.name],
+                    served[workload.name],
                     receiver,
                     tls if row.transport == "tls" else None,
                     cpus,
@@ -321,18 +366,42 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
     with contextlib.ExitStack() as cleanup:
         scratch = tempfile.TemporaryDirectory(prefix="aiosendfile-bench-", dir=args.dir)
         directory = Path(cleanup.enter_context(scratch))
-        tls = make_certificates(directory) if any(r.transport == "tls" for r in rows) else None
+        have_tls = any(r.transport == "tls" for r in rows)
+        tls = files.make_certificates(directory) if have_tls else None
         plan = make_plan(workloads, rows, tls is not None)
         for note in plan.notes:
             print(f"note: {note}", file=sys.stderr)
-        files = {}
-        for workload in plan.workloads:
-            files[workload.name] = str(directory / f"{workload.name}.bin")
-            make_file(Path(files[workload.name]), workload.file_size)
+        served = {
+            workload.name: make_served(workload, directory, cleanup) for workload in plan.workloads
+        }
         progress = Progress(len(plan.steps(args.runs)), sys.stderr, not args.no_progress)
         cleanup.callback(progress.close)
-        samples, failures = measure_all(plan, args.runs, files, tls, cpus, progress)
+        samples, failures = measure_all(plan, args.runs, served, tls, cpus, progress)
     return write_results(args, argv, plan, samples, failures, cpus)
+
+
+def make_served(workload: Workload, directory: Path, cleanup: contextlib.ExitStack) -> Served:
+    """Makes what `workload` serves under `directory`; a FUSE mount stays until `cleanup`."""
+    if workload.kind == "upload":
+        return Served(file=str(directory / "upload.bin"), written=True)
+    if workload.kind != "files":
+        path = directory / f"{workload.name}.bin"
+        files.make_file(path, workload.file_size)
+        return Served(file=str(path))
+    backing = files.make_files(directory / workload.name, workload.connections, workload.file_size)
+    names = [str(path) for path in backing]
+    served = list(names)
+    if workload.read_delay:
+        # Cold files through the slow disk; hot ones from the page cache as they are
+        # (FUSE drops a file's cached pages each time it is opened).
+        try:
+            mountpoint = cleanup.enter_context(
+                files.slow_disk(backing[0].parent, workload.read_delay)
+            )
+        except MountError as exc:
+            raise UsageError(f"--lag-disk fuse: {exc}") from None
+        served[: workload.cold] = [str(mountpoint / p.name) for p in backing[: workload.cold]]
+    return Served(files=tuple(served), backing=tuple(names), cold=workload.cold)
 
 
 def write_results(
@@ -349,10 +418,8 @@ def write_results(
     cipher = next((s.cipher for s in samples if s.cipher), None)
     if cipher:
         notes.append(f"TLS: {cipher}, one decrypting receiver (Python's ssl) for every TLS row.")
-    options = {
-        name: getattr(args, name)
-        for name in ("size", "runs", "requests", "connections", "conn_size", "only", "workloads")
-    }
+    options = {name: getattr(args, name) for name in (*DEFAULTS, "only", "workloads")}
+    options.update(lag_disk=args.lag_disk, lag_delay_ms=args.lag_delay)
     options["cpu"] = cpus[0]
     result = report.Run(
         command=shlex.join(["python", "-m", "aiosendfile", "bench", *argv]),
@@ -380,11 +447,14 @@ def build_sections(
 ) -> list[Section]:
     sections = []
     for workload in workloads:
-        for transport in ("tcp", "tls"):
-            rows = [r.name for r in plan[workload.name] if r.transport == transport]
+        for name in ("tcp", "tls"):
+            transport = _transport(name)
+            rows = [r for r in plan[workload.name] if r.transport == transport]
             if rows:
-                refs = senders.REFERENCES[_transport(transport)]
-                sections.append(summarize(workload, _transport(transport), refs, rows, samples))
+                refs = senders.references(workload, transport)
+                baselines = {r.name: b for r in rows if (b := r.baseline()) is not None}
+                names = [r.name for r in rows]
+                sections.append(summarize(workload, transport, refs, names, samples, baselines))
     return sections
 
 

@@ -61,10 +61,11 @@ def plot(
         left.set_title(section_title(section, pinned_cpus), fontsize=8.5, loc="left")
         left.set_xlabel(f"{section.workload.unit}, median (bars: min-max)", fontsize=8)
         ceiling = section.receiver_ceiling
+        peer = "sender" if section.workload.kind == "upload" else "receiver"
         if ceiling is not None and ceiling < 2 * max(f.high for f in section.rows):
             left.axvline(ceiling, color="black", ls=":", lw=1)
             left.annotate(
-                "receiver ceiling",
+                f"{peer} ceiling",
                 (ceiling, 1.0),
                 xycoords=("data", "axes fraction"),
                 xytext=(-3, -3),
@@ -88,7 +89,7 @@ def plot(
         right.set_yticks(ticks, [""] * len(ticks))
         right.invert_yaxis()
         unit = "µs per response" if section.workload.kind == "requests" else "s per GiB"
-        right.set_xlabel(f"CPU, {unit}: server, + receiver hatched (lower is better)", fontsize=8)
+        right.set_xlabel(f"CPU, {unit}: server, + {peer} hatched (lower is better)", fontsize=8)
         for ax in (left, right):
             ax.tick_params(axis="x", labelsize=7.5)
             ax.grid(axis="x", alpha=0.3)

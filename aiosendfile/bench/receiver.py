@@ -1,25 +1,29 @@
-"""The receiver process: fetches what each measurement asks for, and must not be the bottleneck.
+"""The receiver process: the other end of every measurement, and never the bottleneck.
 
     python -m aiosendfile.bench.receiver
 
 Reads one `workloads.Fetch` per line on stdin and answers one JSON line on
-stdout: the bytes and responses received, the time from the first connect()
-to the last byte, and its own CPU seconds over the same span (so the report
-can show how far the receiver outruns the rows).
+stdout: the bytes and responses moved, the time from the first connect() to
+the last byte, and its own CPU seconds over the same span (so the report can
+show how far the receiver outruns the rows).
 
 - Plain TCP: the bytes are discarded in the kernel, ``recv(..., MSG_TRUNC)``,
-  never copied: a receiver that copies into a 1 MiB user buffer caps near
-  1.3 GB/s on a small VM, below what sendfile(2) does (shared/NOTES.md).
+  never copied: a receiver that copies every byte into a user buffer can be
+  slower than sendfile(2) itself, and would measure its own copy.
 - TLS: a real, decrypting receiver, the same for every TLS row.  The ssl
   module decrypts from memory what one 256 KiB recv() brought: an SSLSocket
-  does two read() calls per 16 KiB record, which costs its sender ~30 %.
+  does two read() calls per 16 KiB record, which slows its sender measurably.
 - Concurrent connections: two threads, each with its own epoll over half of
   the connections and SO_RCVLOWAT at 256 KiB, so each wake-up moves a lot.
   On loopback, much of the *sender's* TCP work runs inside the receiver's
   system calls (its ACKs push the sender's queued segments), so the receiver
-  may use the core the server leaves idle.
+  may use the core the server leaves idle.  The ``lag`` workload's downloads
+  go the same way, one thread for the cold files and one for the hot ones, and
+  each group's bytes and time to its last byte are reported apart.
 - Requests: one connection, one request at a time; the first response is
   read for real and compared with the header and the file, byte for byte.
+- Upload: the receiver is the sending end: it sends from memory with
+  sendall(), and the row's close (once every byte is in the file) stops its clock.
 """
 
 from __future__ import annotations
@@ -40,11 +44,18 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import measure
-from .workloads import HEADER_SIZE, REQUEST, Fetch, response_header
+from .workloads import (
+    HEADER_SIZE,
+    REQUEST,
+    UPLOAD_BLOCK,
+    Fetch,
+    file_request,
+    response_header,
+    upload_block,
+)
 
 RECV_CHUNK = 16 << 20  # the most one recv(MSG_TRUNC) may discard: fewer calls
 TLS_READ = 256 << 10  # ciphertext bytes one recv() takes for the TLS receiver
-CONCURRENT_THREADS = 2
 LOW_WATER = 256 << 10  # SO_RCVLOWAT for concurrent connections: fewer, fuller wake-ups
 TLS_SERVER_NAME = "localhost"  # what the orchestrator's certificate is issued for
 
@@ -79,7 +90,11 @@ def run(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None) -> Result:
     workload = fetch.workload
     if workload.kind == "requests":
         return requests(fetch, buffer, tls)
-    if workload.connections == 1:
+    if workload.kind == "upload":
+        if tls is not None:
+            raise ValueError("the receiver sends uploads over plain TCP only")
+        return upload(fetch, buffer)
+    if workload.kind == "stream" and workload.connections == 1:
         return stream(fetch, buffer) if tls is None else stream_tls(fetch, buffer, tls)
     if tls is not None:
         raise ValueError("the receiver takes concurrent connections over plain TCP only")
@@ -182,57 +197,75 @@ def requests(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None) -> Re
 
 
 def concurrent(fetch: Fetch, buffer: memoryview) -> Result:
-    """`connections` downloads at once, each received until EOF, on two epoll threads."""
+    """`connections` downloads at once, each received until EOF, on two epoll threads.
+
+    For a files workload, connection i asks for file i, and the first thread
+    takes the cold files, the second the hot ones.
+    """
     workload = fetch.workload
     cpu = measure.cpu_seconds()
-    shares = [workload.connections // CONCURRENT_THREADS] * CONCURRENT_THREADS
-    shares[0] += workload.connections % CONCURRENT_THREADS
-    outcomes: list[tuple[int, int] | BaseException] = []
+    if workload.kind == "files":
+        groups = {"cold": range(workload.cold), "hot": range(workload.cold, workload.connections)}
+    else:
+        half = (workload.connections + 1) // 2
+        groups = {"first": range(half), "second": range(half, workload.connections)}
+    groups = {name: indexes for name, indexes in groups.items() if indexes}
+    outcomes: dict[str, tuple[int, int] | BaseException] = {}
     start = time.perf_counter_ns()
     # MSG_TRUNC never writes into `buffer`: the threads may share it.
     threads = [
-        threading.Thread(target=_download, args=(fetch, share, buffer, outcomes))
-        for share in shares
-        if share
+        threading.Thread(target=_download, args=(fetch, name, indexes, buffer, outcomes))
+        for name, indexes in groups.items()
     ]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    failed = [o for o in outcomes if isinstance(o, BaseException)]
+    failed = [o for o in outcomes.values() if isinstance(o, BaseException)]
     if failed:
         raise failed[0]
-    done = [o for o in outcomes if not isinstance(o, BaseException)]
-    return {
-        "elapsed_ns": max(last for _, last in done) - start,
-        "bytes": sum(received for received, _ in done),
+    done = {name: o for name, o in outcomes.items() if not isinstance(o, BaseException)}
+    result: Result = {
+        "elapsed_ns": max(last for _, last in done.values()) - start,
+        "bytes": sum(received for received, _ in done.values()),
         "responses": workload.connections,
         "cpu_s": measure.cpu_seconds() - cpu,
         "threads": len(threads),
     }
+    if workload.kind == "files":
+        result["groups"] = {name: [got, last - start] for name, (got, last) in done.items()}
+    return result
 
 
 def _download(
     fetch: Fetch,
-    connections: int,
+    name: str,
+    indexes: range,
     buffer: memoryview,
-    outcomes: list[tuple[int, int] | BaseException],
+    outcomes: dict[str, tuple[int, int] | BaseException],
 ) -> None:
     """One thread's share: (bytes, time of the last byte), or its exception, to `outcomes`."""
     size = fetch.workload.file_size
+    ask = fetch.workload.kind == "files"
     poller = select.epoll()
     sockets: dict[int, socket.socket] = {}
     received: dict[int, int] = {}
     total, last = 0, time.perf_counter_ns()
     try:
-        for _ in range(connections):
+        for index in indexes:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sockets[sock.fileno()] = sock
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, LOW_WATER)
-            sock.setblocking(False)
-            code = sock.connect_ex(("127.0.0.1", fetch.port))
-            if code not in (0, errno.EINPROGRESS):
-                raise OSError(code, f"connect: {os.strerror(code)}")
+            if ask:  # connected before it can ask for its file
+                sock.settimeout(fetch.idle_timeout)
+                sock.connect(("127.0.0.1", fetch.port))
+                sock.sendall(file_request(index))
+                sock.setblocking(False)
+            else:
+                sock.setblocking(False)
+                code = sock.connect_ex(("127.0.0.1", fetch.port))
+                if code not in (0, errno.EINPROGRESS):
+                    raise OSError(code, f"connect: {os.strerror(code)}")
             received[sock.fileno()] = 0
             poller.register(sock.fileno(), select.EPOLLIN)
         while received:
@@ -256,13 +289,42 @@ def _download(
                     raise ValueError(f"short transfer: {received[fd]} of {size} bytes")
                 poller.unregister(fd)
                 del received[fd]
-        outcomes.append((total, last))
+        outcomes[name] = (total, last)
     except (OSError, ValueError) as exc:
-        outcomes.append(exc)
+        outcomes[name] = exc
     finally:
         poller.close()
         for sock in sockets.values():
             sock.close()
+
+
+def upload(fetch: Fetch, buffer: memoryview) -> Result:
+    """Sends `file_size` bytes of the upload pattern, then waits for the row's close."""
+    size = fetch.workload.file_size
+    block = memoryview(upload_block())
+    cpu = measure.cpu_seconds()
+    with _connect(fetch) as (sock, start):
+        idle = int(fetch.idle_timeout)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", idle, 0))
+        sent = 0
+        while sent < size:
+            try:
+                sock.sendall(block[: min(UPLOAD_BLOCK, size - sent)])
+            except BlockingIOError:  # SO_SNDTIMEO expired
+                raise TimeoutError(
+                    f"the row took no data for {fetch.idle_timeout:.0f} s after {sent} bytes"
+                ) from None
+            sent += min(UPLOAD_BLOCK, size - sent)
+        sock.shutdown(socket.SHUT_WR)
+        if _recv(sock, buffer, len(buffer), 0, fetch, 0):
+            raise ValueError("the row answered an upload with bytes")
+        end = time.perf_counter_ns()  # the row closed: every byte is in its file
+    return {
+        "elapsed_ns": end - start,
+        "bytes": size,
+        "responses": 1,
+        "cpu_s": measure.cpu_seconds() - cpu,
+    }
 
 
 # --- helpers ---

@@ -80,18 +80,14 @@ def markdown(run: Run) -> str:
         f"Date: {run.machine['date']}.",
         f"Command: `{run.command}`",
         "",
-        "MB = 10^6 bytes. Times are the receiver's (another process, on 127.0.0.1): from its "
-        "connect() (or its first timed request) to the last byte. Server CPU is the server "
-        "process's user + system time (getrusage) while it served; on loopback it includes TCP "
-        "work the kernel does inside the server's system calls. Peak RSS is the server's VmHWM, "
-        "reset just before the first connection; growth is peak minus the RSS at that moment. "
-        "The x columns are same-run ratios, median over the runs. On loopback much of the TCP "
-        "work of both ends runs in whichever process made the system call that set it off (the "
-        "receiver's ACKs push the server's queued segments), so server CPU alone depends on "
-        "timing; server+receiver CPU does not. The receiver ceiling is what the receiver would "
-        "take with each of its threads at 100 % of a core (its bytes or responses over its CPU "
-        "time per thread; busy = that CPU time over the elapsed time) while the limit row ran.",
     ]
+    kinds = {section.workload.kind for section in run.sections}
+    if kinds & {"stream", "requests"}:
+        lines.append(SENDING)
+    if "files" in kinds:
+        lines.append(LAG)
+    if "upload" in kinds:
+        lines.append(UPLOAD)
     for note in run.notes:
         lines.append(f"Note: {note}")
     if run.failures:
@@ -101,30 +97,85 @@ def markdown(run: Run) -> str:
     return "\n".join(lines)
 
 
+SENDING = (
+    "MB = 10^6 bytes. Times are the receiver's (another process, on 127.0.0.1): from its "
+    "connect() (or its first timed request) to the last byte. Server CPU is the server "
+    "process's user + system time (getrusage) while it served; on loopback it includes TCP "
+    "work the kernel does inside the server's system calls. Peak RSS is the server's VmHWM, "
+    "reset just before the first connection; growth is peak minus the RSS at that moment. "
+    "The x columns are same-run ratios, median over the runs. On loopback much of the TCP "
+    "work of both ends runs in whichever process made the system call that set it off (the "
+    "receiver's ACKs push the server's queued segments), so server CPU alone depends on "
+    "timing; server+receiver CPU does not. The receiver ceiling is what the receiver would "
+    "take with each of its threads at 100 % of a core (its bytes or responses over its CPU "
+    "time per thread; busy = that CPU time over the elapsed time) while the limit row ran."
+)
+LAG = (
+    "Loop lag: a task in the server sleeps 1 ms again and again and records how late it "
+    "woke (time.perf_counter()), from the first connection to the last; p50, p99 and max "
+    "are over every wake-up of every run. Before each run the cold files are evicted from "
+    "the page cache (fsync + POSIX_FADV_DONTNEED) and the hot ones read into it; cold and "
+    "hot MB/s are each group's bytes over the time from the first connect() to its last byte "
+    "(median over the runs). Every transfer is byte-counted."
+)
+UPLOAD = (
+    "Upload: the receiver process is the sending end here: it sends from memory with "
+    "sendall() and its clock stops when the row closes the connection, once every byte is "
+    "in the file (the file is checked, then deleted after each run, its dirty pages with "
+    "it). CPU is the row's process, user + system, every thread (aiofiles' workers count); "
+    "+ sender adds the sending process's. The x usual columns are same-run ratios to the "
+    "read-write row on the same loop, median over the runs."
+)
+
+
 def section_title(section: Section, pinned_cpus: tuple[int, ...] | None = None) -> str:
     workload = section.workload
-    runs = len({s.run for s in section.samples})
+    count = len({s.run for s in section.samples})
+    runs = f"{count} run" if count == 1 else f"{count} runs"
     over = " over TLS" if section.transport == "tls" else ""
+    size = human_size(workload.file_size)
     if workload.kind == "requests":
         where = ""
         if workload.pinned and pinned_cpus:
             cpus = ",".join(map(str, pinned_cpus))
             where = f", server and receiver on CPU {cpus}"
         return (
-            f"Small files{over}: {human_size(workload.file_size)} + a {HEADER_SIZE}-byte header, "
-            f"{workload.requests:,} request/responses on one connection{where}; {runs} runs"
+            f"Small files{over}: {size} + a {HEADER_SIZE}-byte header, "
+            f"{workload.requests:,} request/responses on one connection{where}; {runs}"
         )
+    if workload.kind == "files":
+        hot = workload.connections - workload.cold
+        disk = (
+            f"cold files on a FUSE disk that sleeps {workload.read_delay * 1000:g} ms per read"
+            if workload.read_delay
+            else "plain disk"
+        )
+        return (
+            f"Loop lag: {workload.cold} cold and {hot} hot downloads of {size} each at once, "
+            f"{disk}; {runs}"
+        )
+    if workload.kind == "upload":
+        return f"Upload: {size} received into a file on one connection; {runs}"
     if workload.connections > 1:
         return (
             f"Concurrent{over}: {workload.connections} connections downloading "
-            f"{human_size(workload.file_size)} each at once; {runs} runs"
+            f"{size} each at once; {runs}"
         )
-    return f"Large file{over}: {human_size(workload.file_size)} on one connection; {runs} runs"
+    return f"Large file{over}: {size} on one connection; {runs}"
 
 
 def _section(section: Section, pinned_cpus: tuple[int, ...] | None) -> list[str]:
+    lines = [f"### {section_title(section, pinned_cpus)}", ""]
+    if section.workload.kind == "files":
+        return lines + _lag_table(section)
+    if section.workload.kind == "upload":
+        return lines + _upload_table(section)
+    return lines + _send_table(section)
+
+
+def _send_table(section: Section) -> list[str]:
     workload = section.workload
-    limit, asyncio_ref = section.references
+    limit, asyncio_ref = section.references or ("-", "-")
     requests = workload.kind == "requests"
     concurrent = workload.connections > 1
     headers = ["row", workload.unit, "min-max"]
@@ -136,9 +187,7 @@ def _section(section: Section, pinned_cpus: tuple[int, ...] | None) -> list[str]
     if concurrent:
         headers.append("RSS growth MiB")
     headers.append("peak RSS MiB")
-    lines = [f"### {section_title(section, pinned_cpus)}", ""]
-    lines.append("| " + " | ".join(headers) + " |")
-    lines.append("| --- |" + " ---: |" * (len(headers) - 1))
+    lines = _header(headers)
     for figures in section.rows:
         cells = [f"`{figures.row}`", _number(figures.value), _spread(figures)]
         if requests:
@@ -150,19 +199,67 @@ def _section(section: Section, pinned_cpus: tuple[int, ...] | None) -> list[str]
         if concurrent:
             cells.append(_mib(figures.rss_growth))
         cells.append(_mib(figures.rss_peak))
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(_row(cells))
     if section.receiver_ceiling is not None:
         ref = section.row(limit)
-        threads = f" ({section.receiver_threads} threads)" if section.receiver_threads > 1 else ""
-        cells = [f"receiver ceiling{threads}", _number(section.receiver_ceiling), ""]
+        cells = [_ceiling_name(section), _number(section.receiver_ceiling), ""]
         if requests:
             cells.append("")
         cells += [_ratio(section.receiver_ceiling / ref.value if ref else None), ""]
-        busy = section.receiver_busy
-        cells += ["", f"busy {busy:.0%}" if busy is not None else ""]
-        cells += [""] * (len(headers) - len(cells))
-        lines.append("| " + " | ".join(cells) + " |")
+        cells += ["", _busy(section)]
+        lines.append(_row(cells + [""] * (len(headers) - len(cells))))
     return lines
+
+
+def _lag_table(section: Section) -> list[str]:
+    headers = ["row", "lag p50 ms", "lag p99 ms", "lag max ms", "cold MB/s", "hot MB/s"]
+    headers += ["MB/s", "server CPU s/GiB", "server+receiver CPU s/GiB", "peak RSS MiB"]
+    lines = _header(headers)
+    for figures in section.rows:
+        lag = figures.lag
+        assert lag is not None  # every row of a probe workload has one
+        cells = [f"`{figures.row}`", f"{lag.p50_ms:.2f}", f"{lag.p99_ms:.2f}"]
+        cells += [f"{lag.max_ms:.2f}", _number(lag.cold_mb_per_s), _number(lag.hot_mb_per_s)]
+        cells += [_number(figures.value), f"{figures.cpu:.2f}"]
+        cells += [f"{figures.cpu + figures.receiver_cpu:.2f}", _mib(figures.rss_peak)]
+        lines.append(_row(cells))
+    return lines
+
+
+def _upload_table(section: Section) -> list[str]:
+    headers = ["row", "MB/s", "min-max", "x usual", "CPU s/GiB", "CPU x usual"]
+    headers += ["CPU + sender s/GiB", "peak RSS MiB"]
+    lines = _header(headers)
+    for figures in section.rows:
+        cells = [f"`{figures.row}`", _number(figures.value), _spread(figures)]
+        cells += [_ratio(figures.vs_baseline), f"{figures.cpu:.2f}"]
+        cells += [_ratio(figures.cpu_vs_baseline), f"{figures.cpu + figures.receiver_cpu:.2f}"]
+        cells.append(_mib(figures.rss_peak))
+        lines.append(_row(cells))
+    if section.receiver_ceiling is not None:
+        cells = [_ceiling_name(section), _number(section.receiver_ceiling), "", "", ""]
+        cells += ["", _busy(section), ""]
+        lines.append(_row(cells))
+    return lines
+
+
+def _header(headers: Sequence[str]) -> list[str]:
+    return [_row(headers), "| --- |" + " ---: |" * (len(headers) - 1)]
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _ceiling_name(section: Section) -> str:
+    """The last line of a table: how far the process at the other end could go."""
+    name = "sender ceiling" if section.workload.kind == "upload" else "receiver ceiling"
+    threads = section.receiver_threads
+    return f"{name} ({threads} threads)" if threads > 1 else name
+
+
+def _busy(section: Section) -> str:
+    return "" if section.receiver_busy is None else f"busy {section.receiver_busy:.0%}"
 
 
 def _number(value: float) -> str:
@@ -223,7 +320,7 @@ def _section_json(section: Section, pinned_cpus: tuple[int, ...] | None) -> dict
         "transport": section.transport,
         "unit": section.workload.unit,
         "cpu_unit": "us/response" if section.workload.kind == "requests" else "s/GiB",
-        "references": list(section.references),
+        "references": list(section.references) if section.references else None,
         "receiver_ceiling": section.receiver_ceiling,
         "receiver_busy": section.receiver_busy,
         "receiver_threads": section.receiver_threads,
@@ -240,6 +337,10 @@ def _section_json(section: Section, pinned_cpus: tuple[int, ...] | None) -> dict
                 "rss_peak": figures.rss_peak,
                 "rss_growth": figures.rss_growth,
                 "paths": list(figures.paths),
+                "baseline": figures.baseline,
+                "vs_baseline": figures.vs_baseline,
+                "cpu_vs_baseline": figures.cpu_vs_baseline,
+                "lag": dataclasses.asdict(figures.lag) if figures.lag else None,
                 "samples": [sample.to_dict() for sample in figures.samples],
             }
             for figures in section.rows

@@ -1,15 +1,15 @@
 """The numbers: one Sample per measurement, and per row the figures a table shows.
 
-Single transfers on a small VM swing 2-4x from one repetition to the next
-(shared/NOTES.md), so every comparison is a *same-run* ratio: the row's value
-over the reference row's value in the same run, median over the runs.
+Single transfers on a small, shared VM swing several-fold from one repetition
+to the next, so every comparison is a *same-run* ratio: the row's value over
+the reference row's value in the same run, median over the runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from .workloads import Transport, Workload
 
@@ -38,6 +38,9 @@ class Sample:
     receiver_threads: int  # threads that shared the receiving
     paths: tuple[str, ...] = ()  # the path aiosendfile took, for its rows
     cipher: str | None = None
+    lags_ms: tuple[float, ...] = ()  # probe workloads: how late each wake-up of the probe came
+    cold_mb_per_s: float | None = None  # files workloads: the cold files' bytes over the time
+    hot_mb_per_s: float | None = None  # to the last of them; and the same for the hot ones
 
     @property
     def mb_per_s(self) -> float:
@@ -106,6 +109,18 @@ class Failure:
 
 
 @dataclasses.dataclass(frozen=True)
+class LagFigures:
+    """A row's loop lag (over every probe wake-up of every run) and its downloads' pace."""
+
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    wakeups: int
+    cold_mb_per_s: float  # median over the runs
+    hot_mb_per_s: float
+
+
+@dataclasses.dataclass(frozen=True)
 class RowFigures:
     """One row of one table."""
 
@@ -121,6 +136,10 @@ class RowFigures:
     vs_limit: float | None  # same-run ratios, median
     vs_asyncio: float | None
     paths: tuple[str, ...]
+    baseline: str | None = None  # the row it is compared with run for run (upload)
+    vs_baseline: float | None = None  # same-run ratios to it, median: throughput
+    cpu_vs_baseline: float | None = None  # and CPU
+    lag: LagFigures | None = None  # probe workloads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +148,7 @@ class Section:
 
     workload: Workload
     transport: Transport
-    references: tuple[str, str]  # (the limit row, asyncio's loop.sendfile row)
+    references: tuple[str, str] | None  # (the limit row, asyncio's loop.sendfile row)
     rows: tuple[RowFigures, ...]
     receiver_ceiling: float | None  # median, at the limit row's pace where it ran
     receiver_busy: float | None  # receiver CPU / (elapsed x threads) in the limit row, median
@@ -156,12 +175,15 @@ def same_run_ratio(
 def summarize(
     workload: Workload,
     transport: Transport,
-    references: tuple[str, str],
+    references: tuple[str, str] | None,
     rows: Sequence[str],
     samples: Sequence[Sample],
+    baselines: Mapping[str, str] | None = None,
 ) -> Section:
-    """The figures of one table, rows in the order given."""
+    """The figures of one table, rows in the order given; `baselines` maps a row to
+    the row it is compared with run for run."""
     mine = tuple(s for s in samples if s.workload == workload and s.transport == transport)
+    limit, asyncio_ref = references or (None, None)
     figures = []
     for row in rows:
         of_row = tuple(s for s in mine if s.row == row)
@@ -169,6 +191,7 @@ def summarize(
             continue
         values = [s.value for s in of_row]
         growths = [g for g in (s.rss_growth for s in of_row) if g is not None]
+        baseline = (baselines or {}).get(row)
         figures.append(
             RowFigures(
                 row=row,
@@ -180,18 +203,49 @@ def summarize(
                 receiver_cpu=statistics.median(s.receiver_cpu for s in of_row),
                 rss_peak=max(s.rss_peak for s in of_row),
                 rss_growth=max(growths) if growths else None,
-                vs_limit=same_run_ratio(mine, row, references[0], _value),
-                vs_asyncio=same_run_ratio(mine, row, references[1], _value),
+                vs_limit=_ratio(mine, row, limit, _value),
+                vs_asyncio=_ratio(mine, row, asyncio_ref, _value),
                 paths=tuple(sorted({p for s in of_row for p in s.paths})),
+                baseline=baseline,
+                vs_baseline=_ratio(mine, row, baseline, _value),
+                cpu_vs_baseline=_ratio(mine, row, baseline, _cpu),
+                lag=_lag(of_row) if workload.probe else None,
             )
         )
     # The receiver's ceiling matters at the fastest sender's pace: the limit row's.
-    paced = [s for s in mine if s.row == references[0]] or list(mine)
+    paced = [s for s in mine if s.row == limit] or list(mine)
     ceiling = statistics.median(s.receiver_ceiling for s in paced) if paced else None
     busy = statistics.median(s.receiver_busy for s in paced) if paced else None
     threads = max((s.receiver_threads for s in paced), default=1)
     return Section(workload, transport, references, tuple(figures), ceiling, busy, threads, mine)
 
 
+def _ratio(
+    samples: Sequence[Sample], row: str, ref: str | None, metric: Callable[[Sample], float]
+) -> float | None:
+    return None if ref is None else same_run_ratio(samples, row, ref, metric)
+
+
+def _lag(samples: Sequence[Sample]) -> LagFigures:
+    lags = sorted(lag for s in samples for lag in s.lags_ms)
+    return LagFigures(
+        p50_ms=_percentile(lags, 0.5),
+        p99_ms=_percentile(lags, 0.99),
+        max_ms=lags[-1] if lags else 0.0,
+        wakeups=len(lags),
+        cold_mb_per_s=statistics.median(s.cold_mb_per_s or 0.0 for s in samples),
+        hot_mb_per_s=statistics.median(s.hot_mb_per_s or 0.0 for s in samples),
+    )
+
+
+def _percentile(ordered: Sequence[float], fraction: float) -> float:
+    """The value `fraction` of the way up `ordered` (nearest rank); 0 for none."""
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else 0.0
+
+
 def _value(sample: Sample) -> float:
     return sample.value
+
+
+def _cpu(sample: Sample) -> float:
+    return sample.cpu

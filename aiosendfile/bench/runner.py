@@ -18,7 +18,8 @@ import time
 from collections.abc import Mapping
 from typing import IO, Any
 
-from .results import Sample
+from .files import Served
+from .results import MB, Sample
 from .senders import Sender
 from .workloads import Fetch, Job, Workload
 
@@ -177,7 +178,7 @@ def measure(
     sender: Sender,
     workload: Workload,
     run: int,
-    file: str,
+    served: Served,
     receiver: ReceiverProcess,
     tls: tuple[str, str, str] | None = None,
     cpus: tuple[int, ...] | None = None,
@@ -188,26 +189,34 @@ def measure(
     job = Job(
         row=sender.name,
         workload=workload,
-        file=file,
+        file=served.file,
         timeout=seconds + DONE_TIMEOUT,
         tls_cert=tls[0] if tls else None,
         tls_key=tls[1] if tls else None,
         cpus=pinned,
+        files=served.files,
     )
-    with ServerProcess(job, sender.env) as server:
-        port = server.message("ready", READY_TIMEOUT)["port"]
-        fetch = Fetch(
-            port=port,
-            workload=workload,
-            file=file,
-            idle_timeout=IDLE_TIMEOUT,
-            tls_ca=tls[2] if tls else None,
-            cpus=pinned,
-        )
-        got = receiver.fetch(fetch, seconds)
-        if not got["ok"]:
-            raise MeasurementError(f"the receiver failed: {got['error']}{server.stderr_tail()}")
-        done = server.message("done", DONE_TIMEOUT)
+    served.prepare()  # every row starts from the same page cache
+    try:
+        with ServerProcess(job, sender.env) as server:
+            port = server.message("ready", READY_TIMEOUT)["port"]
+            fetch = Fetch(
+                port=port,
+                workload=workload,
+                file=served.file,
+                idle_timeout=IDLE_TIMEOUT,
+                tls_ca=tls[2] if tls else None,
+                cpus=pinned,
+            )
+            got = receiver.fetch(fetch, seconds)
+            if not got["ok"]:
+                raise MeasurementError(f"the receiver failed: {got['error']}{server.stderr_tail()}")
+            done = server.message("done", DONE_TIMEOUT)
+        wrong = None if done["errors"] else served.check(workload.file_size)
+    finally:
+        served.clean_up()
+    if wrong is not None:
+        raise MeasurementError(wrong)
     if done["errors"]:
         raise MeasurementError(f"the row failed: {'; '.join(done['errors'])}")
     responses = workload.responses
@@ -221,6 +230,7 @@ def measure(
             f"short transfer: received {got['bytes']} of {responses * workload.response_size} bytes"
         )
     timed = workload.requests if workload.kind == "requests" else responses
+    groups = got.get("groups", {})
     return Sample(
         workload=workload,
         transport=sender.transport,
@@ -238,7 +248,18 @@ def measure(
         receiver_threads=got.get("threads", 1),
         paths=tuple(done["paths"]),
         cipher=got.get("cipher"),
+        lags_ms=tuple(done["lags_ms"]),
+        cold_mb_per_s=_pace(groups.get("cold")),
+        hot_mb_per_s=_pace(groups.get("hot")),
     )
+
+
+def _pace(group: list[int] | None) -> float | None:
+    """MB/s of a group of downloads: its bytes over the time to its last byte."""
+    if not group:
+        return None
+    received, elapsed_ns = group
+    return received / MB / (elapsed_ns / 1e9) if elapsed_ns else None
 
 
 def _status(status: int) -> str:

@@ -1,4 +1,4 @@
-"""The rows of the benchmark: what users would send a file with, one class each.
+"""The rows of the benchmark: what users would send a file (or receive one) with.
 
 The sender interface
 ====================
@@ -22,6 +22,12 @@ file, the TLS context) and calls the row's `serve(ctx)`.  Class attributes:
 ``env``
     Changes to the server process's environment (``None`` removes a variable).
 
+``prepare()`` runs in the server process before ``serve()``: engine settings
+(`aiosendfile._settings`) and the like.  ``baseline()`` names the row whose
+figures this row's "x usual" columns divide by, run for run (the upload rows:
+the read-and-write loop on the same event loop); None where the table compares
+with its `REFERENCES` instead.
+
 ``serve(ctx)`` serves ``ctx.job`` in the server process: it calls
 ``ctx.ready()`` exactly once, when it accepts connections (the measurement of
 CPU and memory starts there), answers ``ctx.workload.connections`` connections
@@ -37,6 +43,10 @@ Most rows only say how one response goes, and inherit serve():
 
 Both return the file bytes sent; ``header`` is ``b""`` in stream workloads and
 the 100-byte response head in requests workloads, sent right before the file.
+
+The upload rows (`UploadRow`) say how one upload is received:
+``receive(reader, writer, path, size)`` writes the connection's next ``size``
+bytes to the file at ``path`` and returns how many it wrote.
 
 A row with a server of its own (aiohttp's ``FileResponse``, an FTP server)
 overrides ``serve(ctx)``: it serves on ``ctx.listener`` (``ctx.ssl`` for TLS)
@@ -54,22 +64,31 @@ from collections.abc import Mapping
 from typing import BinaryIO, ClassVar, TypeVar
 
 import aiosendfile
+from aiosendfile import _settings
 
 from . import serving
-from .workloads import Transport
+from .workloads import Transport, Workload
 
 PLAIN_WORKLOADS = frozenset({"large", "small-4k", "small-64k", "concurrent"})
+WITH_LAG = PLAIN_WORKLOADS | {"lag"}
 LARGE_ONLY = frozenset({"large"})
 SMALL_ONLY = frozenset({"small-4k", "small-64k"})
+LAG_ONLY = frozenset({"lag"})
+UPLOAD_ONLY = frozenset({"upload"})
 CHUNK = 256 * 1024  # the buffered code's read size (aiohttp's FileResponse chunk)
 NO_EXTENSIONS = "AIOSENDFILE_NO_EXTENSIONS"  # forces aiosendfile's pure-Python core
 
-# The rows every other row of the same transport is compared with: the machine's
-# limit, and what asyncio itself offers.
+# The rows every other row of the same transport is compared with in the send
+# workloads' tables: the machine's limit, and what asyncio itself offers.
 REFERENCES: Mapping[Transport, tuple[str, str]] = {
     "tcp": ("limit", "loop.sendfile"),
     "tls": ("tls-thread", "tls-loop.sendfile"),
 }
+
+
+def references(workload: Workload, transport: Transport) -> tuple[str, str] | None:
+    """The reference rows of a table; None for lag and upload, which have none."""
+    return REFERENCES[transport] if workload.kind in ("stream", "requests") else None
 
 
 class Sender(abc.ABC):
@@ -85,6 +104,14 @@ class Sender(abc.ABC):
     @abc.abstractmethod
     def serve(self, ctx: serving.Context) -> None:
         """Serves ctx.job in the server process; returns when its connections are done."""
+
+    def prepare(self) -> None:
+        """Runs in the server process before serve(): engine settings and the like."""
+        return None  # most rows use the engine as it comes
+
+    def baseline(self) -> str | None:
+        """The row this one is compared with, run for run, in its table; None: none."""
+        return None
 
 
 class ThreadSender(Sender):
@@ -175,12 +202,14 @@ class AiosendfileRow(AsyncSender):
 class AiosendfileAsyncio(AiosendfileRow):
     name = "aiosendfile-asyncio"
     title = "await aiosendfile.send(writer, file, headers=...) on the stock asyncio loop"
+    workloads = WITH_LAG
 
 
 @register
 class AiosendfileUvloop(AiosendfileRow):
     name = "aiosendfile-uvloop"
     title = "await aiosendfile.send(writer, file, headers=...) on uvloop"
+    workloads = WITH_LAG
     loop = "uvloop"
     requires = ("uvloop",)
 
@@ -193,9 +222,24 @@ class AiosendfilePy(AiosendfileRow):
 
 
 @register
+class AiosendfileBlind(AiosendfileRow):
+    name = "aiosendfile-blind"
+    title = (
+        "aiosendfile.send() on asyncio without its page-cache checks and fair shares "
+        "(aiosendfile._settings.blind()): every call may move 8 MiB, cold pages are read "
+        "on the loop's thread"
+    )
+    workloads = LAG_ONLY
+
+    def prepare(self) -> None:
+        _settings.blind()
+
+
+@register
 class LoopSendfile(AsyncSender):
     name = "loop.sendfile"
     title = "writer.write(header) + await loop.sendfile(transport, file) on the stock asyncio loop"
+    workloads = WITH_LAG
 
     async def respond(
         self, writer: asyncio.StreamWriter, file: BinaryIO, size: int, header: bytes
@@ -341,3 +385,157 @@ class TlsBufferedUvloop(BufferedUvloop):
     name = "tls-buffered-uvloop"
     transport = "tls"
     workloads = LARGE_ONLY
+
+
+# --- uploads: rows that receive into a file ---
+
+
+class UploadRow(Sender):
+    """A row that receives each upload from an asyncio.start_server handler on `loop`."""
+
+    workloads = UPLOAD_ONLY
+    loop: ClassVar[str] = "asyncio"
+
+    def serve(self, ctx: serving.Context) -> None:
+        serving.run_on_loop(self.loop, lambda: serving.serve_uploads(ctx, self.receive))
+
+    def baseline(self) -> str | None:
+        return f"read-write-{self.loop}"
+
+    @abc.abstractmethod
+    async def receive(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str, size: int
+    ) -> int:
+        """Writes the connection's next `size` bytes to the file at `path`; returns the count."""
+
+
+class ReceiveRow(UploadRow):
+    env: ClassVar[Mapping[str, str | None]] = {NO_EXTENSIONS: None}  # the C core
+
+    async def receive(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str, size: int
+    ) -> int:
+        return await aiosendfile.receive(reader, writer, path, size)
+
+
+class ReceivePyRow(ReceiveRow):
+    env: ClassVar[Mapping[str, str | None]] = {NO_EXTENSIONS: "1"}
+
+
+class ReceiveSmallPipeRow(ReceiveRow):
+    def prepare(self) -> None:
+        _settings.ENGINE.pipe_size = 64 << 10  # the kernel's default pipe size
+
+
+class ReadWriteRow(UploadRow):
+    """The usual code: read 256 KiB from the StreamReader, write it to the file."""
+
+    async def receive(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str, size: int
+    ) -> int:
+        got = 0
+        with open(path, "wb") as file:  # noqa: ASYNC230 - the usual code blocks on its writes
+            while got < size:
+                chunk = await reader.read(min(CHUNK, size - got))
+                if not chunk:
+                    break
+                file.write(chunk)
+                got += len(chunk)
+        return got
+
+
+class AiofilesRow(UploadRow):
+    """The usual code with aiofiles: every write goes to a thread."""
+
+    requires: ClassVar[tuple[str, ...]] = ("aiofiles",)
+
+    async def receive(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str, size: int
+    ) -> int:
+        import aiofiles  # optional: the [bench] and [test] extras
+
+        got = 0
+        async with aiofiles.open(path, "wb") as file:
+            while got < size:
+                chunk = await reader.read(min(CHUNK, size - got))
+                if not chunk:
+                    break
+                await file.write(chunk)
+                got += len(chunk)
+        return got
+
+
+# On asyncio...
+
+
+@register
+class ReceiveAsyncio(ReceiveRow):
+    name = "receive-asyncio"
+    title = "await aiosendfile.receive(reader, writer, path, size) on the stock asyncio loop"
+
+
+@register
+class ReceiveAsyncioPy(ReceivePyRow):
+    name = "receive-asyncio-py"
+    title = "aiosendfile.receive() on asyncio with its pure-Python core"
+
+
+@register
+class ReceiveAsyncioSmallPipe(ReceiveSmallPipeRow):
+    name = "receive-asyncio-64k-pipe"
+    title = "aiosendfile.receive() on asyncio with 64 KiB pipes instead of 1 MiB"
+
+
+@register
+class ReadWriteAsyncio(ReadWriteRow):
+    name = "read-write-asyncio"
+    title = "chunk = await reader.read(256 KiB); file.write(chunk), on the stock asyncio loop"
+
+
+@register
+class AiofilesAsyncio(AiofilesRow):
+    name = "aiofiles-asyncio"
+    title = "the same with aiofiles (await file.write(chunk): a thread per write), on asyncio"
+
+
+# ... and the same on uvloop.
+
+
+@register
+class ReceiveUvloop(ReceiveRow):
+    name = "receive-uvloop"
+    title = "await aiosendfile.receive(reader, writer, path, size) on uvloop"
+    loop = "uvloop"
+    requires = ("uvloop",)
+
+
+@register
+class ReceiveUvloopPy(ReceivePyRow):
+    name = "receive-uvloop-py"
+    title = "aiosendfile.receive() on uvloop with its pure-Python core"
+    loop = "uvloop"
+    requires = ("uvloop",)
+
+
+@register
+class ReceiveUvloopSmallPipe(ReceiveSmallPipeRow):
+    name = "receive-uvloop-64k-pipe"
+    title = "aiosendfile.receive() on uvloop with 64 KiB pipes instead of 1 MiB"
+    loop = "uvloop"
+    requires = ("uvloop",)
+
+
+@register
+class ReadWriteUvloop(ReadWriteRow):
+    name = "read-write-uvloop"
+    title = "chunk = await reader.read(256 KiB); file.write(chunk), on uvloop"
+    loop = "uvloop"
+    requires = ("uvloop",)
+
+
+@register
+class AiofilesUvloop(AiofilesRow):
+    name = "aiofiles-uvloop"
+    title = "the same with aiofiles (await file.write(chunk): a thread per write), on uvloop"
+    loop = "uvloop"
+    requires = ("aiofiles", "uvloop")

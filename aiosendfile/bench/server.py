@@ -1,4 +1,4 @@
-"""The server process of one measurement: one row serving one workload, then a report.
+"""The server process of one measurement: one row serving (or receiving) one workload.
 
     python -m aiosendfile.bench.server JOB_JSON
 
@@ -34,6 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if job.cpus is not None:
         os.sched_setaffinity(0, job.cpus)  # before any thread: they inherit it
     sender = senders.REGISTRY[job.row]
+    sender.prepare()
     ctx = serving.Context(job)
     try:
         sender.serve(ctx)

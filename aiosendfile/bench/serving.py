@@ -3,7 +3,8 @@
 Both speak the wire protocol of workloads.py and do the bookkeeping every row
 shares (reading requests, counting responses and bytes, noting errors,
 finishing after the job's connections), so that a row only says how it sends
-one response.  Runs in the server process only.
+one response, or how it receives one upload.  The asyncio server also runs
+the lag probe where the workload asks for it.  Runs in the server process only.
 """
 
 from __future__ import annotations
@@ -20,11 +21,15 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import IO, Any, BinaryIO
 
 from . import measure
-from .workloads import REQUEST, Job, response_header
+from .workloads import PROBE_INTERVAL, REQUEST, Job, response_header
 
 # respond(connection, file, file_size, header) -> file bytes sent
 BlockingRespond = Callable[[socket.socket, BinaryIO, int, bytes], int]
 AsyncRespond = Callable[[asyncio.StreamWriter, BinaryIO, int, bytes], Awaitable[int]]
+# receive(reader, writer, path, size) -> bytes written to the file at `path`
+AsyncReceive = Callable[[asyncio.StreamReader, asyncio.StreamWriter, str, int], Awaitable[int]]
+# answer(reader, writer): one connection's whole exchange, by the workload's protocol
+Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 # Which path a response took ("zerocopy: sendfile(2), c core"), or None if the row can't tell.
 PathOf = Callable[[asyncio.StreamWriter, BinaryIO], "str | None"]
 
@@ -45,7 +50,10 @@ class Context:
         self.listener = _listen(self.backlog)
         # One open file for every connection, as a server with an fd cache keeps it;
         # every row sends with explicit offsets, so the connections never share a position.
-        self.file: BinaryIO = open(job.file, "rb")  # closed by close()
+        # (The files workloads open a file per connection; upload writes one.)
+        self._file: BinaryIO | None = None
+        if self.workload.kind in ("stream", "requests"):
+            self._file = open(job.file, "rb")  # closed by close()
         self.header = response_header(self.workload.file_size)
         self.deadline = time.monotonic() + job.timeout
         self.responses = 0
@@ -53,8 +61,16 @@ class Context:
         self.connections_done = 0
         self.errors: list[str] = []
         self.paths: set[str] = set()
+        self.lags: list[float] = []  # seconds the probe woke late, one per wake-up
         self._lock = threading.Lock()  # the thread rows count from many threads
         self._ready_at: tuple[float, int | None] | None = None
+
+    @property
+    def file(self) -> BinaryIO:
+        """The file every connection is answered from (stream and requests workloads)."""
+        if self._file is None:
+            raise RuntimeError(f"the {self.workload.kind} workload has no one file to send")
+        return self._file
 
     def ready(self) -> None:
         """Call once, when accepting: starts the measurement and tells the orchestrator."""
@@ -96,12 +112,14 @@ class Context:
                 "file_bytes": self.file_bytes,
                 "errors": self.errors,
                 "paths": sorted(self.paths),
+                "lags_ms": [round(lag * 1000, 3) for lag in self.lags],
             }
         )
 
     def close(self) -> None:
         self.listener.close()
-        self.file.close()
+        if self._file is not None:
+            self._file.close()
 
     def _emit(self, message: dict[str, Any]) -> None:
         self._out.write(json.dumps(message) + "\n")
@@ -182,19 +200,62 @@ def _read_request(conn: socket.socket) -> bool:
 
 async def serve_asyncio(ctx: Context, respond: AsyncRespond, path_of: PathOf) -> None:
     """Serves the job with asyncio.start_server on the running loop (asyncio or uvloop)."""
+    workload = ctx.workload
+
+    def note_path(writer: asyncio.StreamWriter, file: BinaryIO) -> None:
+        path = path_of(writer, file)
+        if path is not None:
+            ctx.paths.add(path)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if workload.kind == "stream":
+            note_path(writer, ctx.file)
+            ctx.count(await respond(writer, ctx.file, workload.file_size, b""))
+        elif workload.kind == "requests":
+            note_path(writer, ctx.file)
+            while await _next_request(reader):
+                ctx.count(await respond(writer, ctx.file, workload.file_size, ctx.header))
+        elif workload.kind == "files":
+            index = int(await reader.readline())
+            # Opened in a thread: on a slow disk an open(2) waits behind its reads, and
+            # that stall would be this handler's, not the row's.
+            file = await asyncio.to_thread(open, ctx.job.files[index], "rb")
+            try:
+                note_path(writer, file)
+                ctx.count(await respond(writer, file, workload.file_size, b""))
+            finally:
+                file.close()
+        else:
+            raise ValueError(f"a sending row cannot serve a {workload.kind} workload")
+
+    await _serve(ctx, answer)
+
+
+async def serve_uploads(ctx: Context, receive: AsyncReceive) -> None:
+    """Receives the job's uploads with asyncio.start_server on the running loop."""
+    if ctx.workload.kind != "upload":
+        raise ValueError(f"a receiving row cannot serve a {ctx.workload.kind} workload")
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        size = ctx.workload.file_size
+        written = await receive(reader, writer, ctx.job.file, size)
+        if written != size:
+            raise ValueError(f"received {written} of {size} bytes")
+        ctx.count(written)
+        # Then _serve closes the connection: that stops the receiver's clock.
+
+    await _serve(ctx, answer)
+
+
+async def _serve(ctx: Context, answer: Answer) -> None:
+    """The server around `answer`: bookkeeping, the probe, and the end after the job's
+    connections."""
     loop = asyncio.get_running_loop()
     all_done: asyncio.Future[None] = loop.create_future()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            path = path_of(writer, ctx.file)
-            if path is not None:
-                ctx.paths.add(path)
-            if ctx.workload.kind == "stream":
-                ctx.count(await respond(writer, ctx.file, ctx.workload.file_size, b""))
-            else:
-                while await _next_request(reader):
-                    ctx.count(await respond(writer, ctx.file, ctx.workload.file_size, ctx.header))
+            await answer(reader, writer)
         except Exception as exc:  # the row's failure is the measurement's result
             ctx.error(exc)
         finally:
@@ -206,12 +267,30 @@ async def serve_asyncio(ctx: Context, respond: AsyncRespond, path_of: PathOf) ->
                 all_done.set_result(None)
 
     server = await asyncio.start_server(handle, sock=ctx.listener, ssl=ctx.ssl, backlog=ctx.backlog)
+    probe: asyncio.Task[None] | None = None
     try:
         ctx.ready()
+        if ctx.workload.probe:
+            probe = asyncio.create_task(_probe(ctx.lags))
         await asyncio.wait_for(all_done, ctx.remaining())
     finally:
+        if probe is not None:
+            probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await probe
         server.close()
         await server.wait_closed()
+
+
+async def _probe(lags: list[float]) -> None:
+    """Sleeps PROBE_INTERVAL again and again; records how late each wake-up came.
+
+    time.perf_counter(), not loop.time(): uvloop's clock counts whole milliseconds.
+    """
+    while True:
+        before = time.perf_counter()
+        await asyncio.sleep(PROBE_INTERVAL)
+        lags.append(max(0.0, time.perf_counter() - before - PROBE_INTERVAL))
 
 
 async def _next_request(reader: asyncio.StreamReader) -> bool:

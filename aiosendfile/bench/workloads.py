@@ -2,7 +2,9 @@
 
 This module is the contract between the two processes of one measurement: a
 server running one row (`aiosendfile.bench.server`) and the receiver
-(`aiosendfile.bench.receiver`).  Both import it; nothing here does any I/O.
+(`aiosendfile.bench.receiver`, the other end: it receives what the rows send,
+and sends what the upload rows receive).  Both import it; nothing here does
+any I/O.
 
 The wire protocol, over TCP (or TLS) on 127.0.0.1:
 
@@ -14,19 +16,30 @@ The wire protocol, over TCP (or TLS) on 127.0.0.1:
   ``response_header(file_size)`` (exactly `HEADER_SIZE` bytes) followed by the
   file's bytes; again and again on the same connection, until the receiver
   closes it.
+- ``files`` workloads (``lag``): the receiver opens ``connections``
+  connections at once and sends ``file_request(i)`` on the i-th; the server
+  answers with the whole of its file i (``file_size`` bytes) and closes.
+- ``upload`` workloads (``upload``): the receiver connects and sends
+  ``file_size`` bytes, `upload_block()` over and over, then shuts down its
+  side; the server writes them to a file and closes.  That close ends the
+  transfer: every byte is in the file (which the orchestrator then checks).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import random
 from typing import Any, Literal, Self
 
-Kind = Literal["stream", "requests"]
+Kind = Literal["stream", "requests", "files", "upload"]
 Transport = Literal["tcp", "tls"]
 
 REQUEST = b"GET /file HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 HEADER_SIZE = 100  # the issue's "100-byte header": an HTTP/1.1 response head, padded
+UPLOAD_BLOCK = 4 << 20  # the upload's bytes repeat with this period
+PROBE_INTERVAL = 0.001  # seconds the lag probe sleeps; how late it wakes is the lag
 
 
 def response_header(file_size: int) -> bytes:
@@ -39,19 +52,45 @@ def response_header(file_size: int) -> bytes:
     return head + b"X-Pad: " + b"." * pad + b"\r\n\r\n"
 
 
+def file_request(index: int) -> bytes:
+    """What the receiver sends on the connection that asks for file `index`."""
+    return b"%d\n" % index
+
+
+@functools.cache
+def upload_block() -> bytes:
+    """The bytes an upload repeats: random-looking, and the same in both processes."""
+    return random.Random(UPLOAD_BLOCK).randbytes(UPLOAD_BLOCK)
+
+
+def upload_bytes(offset: int, size: int) -> bytes:
+    """The `size` bytes an upload carries from `offset` on (size <= UPLOAD_BLOCK)."""
+    if size > UPLOAD_BLOCK:
+        raise ValueError(f"at most {UPLOAD_BLOCK} bytes at a time")
+    block, start = upload_block(), offset % UPLOAD_BLOCK
+    return block[start : start + size] + block[: max(0, start + size - UPLOAD_BLOCK)]
+
+
 @dataclasses.dataclass(frozen=True)
 class Workload:
     """What the receiver asks for and how it is timed."""
 
-    name: str  # "large", "small-4k", "small-64k", "concurrent"
+    name: str  # "large", "small-4k", "small-64k", "concurrent", "lag", "upload"
     kind: Kind
     file_size: int  # bytes of the file each transfer or response carries
-    connections: int = 1  # concurrent connections (stream workloads)
+    connections: int = 1  # connections at once (stream and files workloads)
     requests: int = 0  # timed responses on the one connection (requests workloads)
     warmup: int = 0  # untimed responses before them; the first is checked byte for byte
-    # Request/response between processes on different cores pays 200-400 us per
-    # wake-up on a VM (shared/NOTES.md): on one core the numbers measure the sender.
+    # On a VM, waking a process on another core costs far more than answering one
+    # small request: server and receiver share one core, so the numbers measure the sender.
     pinned: bool = False
+    # files workloads: the first `cold` files are evicted from the page cache before
+    # each measurement, the others read into it.
+    cold: int = 0
+    # The server records how late a task sleeping PROBE_INTERVAL wakes: its loop's lag.
+    probe: bool = False
+    # Seconds the slow FUSE disk sleeps per read of a cold file; 0: the machine's own disk.
+    read_delay: float = 0.0
 
     @property
     def unit(self) -> str:
@@ -90,8 +129,9 @@ class _Message:
     def from_json(cls, text: str) -> Self:
         data = json.loads(text)
         data["workload"] = Workload.from_dict(data["workload"])
-        if data["cpus"] is not None:
-            data["cpus"] = tuple(data["cpus"])  # JSON has no tuples
+        for name, value in data.items():
+            if isinstance(value, list):
+                data[name] = tuple(value)  # JSON has no tuples
         return cls(**data)
 
 
@@ -101,11 +141,12 @@ class Job(_Message):
 
     row: str
     workload: Workload
-    file: str  # the file to send
+    file: str  # the file to send; upload: the file to write (the server deletes it)
     timeout: float  # seconds; the server ends itself after this, whatever happens
     tls_cert: str | None = None  # PEM: the certificate chain, then
     tls_key: str | None = None  # PEM: its private key
     cpus: tuple[int, ...] | None = None  # the cores the server may run on
+    files: tuple[str, ...] = ()  # files workloads: file i, for the i-th connection
 
 
 @dataclasses.dataclass(frozen=True)
