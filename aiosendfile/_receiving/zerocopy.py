@@ -1,10 +1,10 @@
 """The zero-copy receive engine: socket -> pipe -> file with splice(2).
 
 The bytes never reach user space.  The transport's reading is paused for the
-duration (the caller does it, see _reading.py), so its protocol does not race
+duration (the caller does it, see reading.py), so its protocol does not race
 us for the socket.  We wait for readability on a duplicate of its descriptor
 (the loop refuses a second registration of the transport's own fd, on asyncio
-and uvloop alike, while a dup() can be watched; shared/NOTES.md) and splice on
+and uvloop alike, while a dup() can be watched) and splice on
 that duplicate too, so a transport closed meanwhile can never leave us a
 reused descriptor number.  On each readable event the core is called until the
 socket has nothing more (EAGAIN), the peer closed (0), the count is met, or

@@ -91,7 +91,7 @@ async def _send(
             try:
                 await _run(transfer, choice, fallback)
             except ConnectionError:
-                transport.abort()  # API point 6: a broken stream is closed, not reused
+                transport.abort()  # README, "Peer gone": a broken stream is closed, not reused
                 raise
             finally:
                 source.set_position(transfer.position)

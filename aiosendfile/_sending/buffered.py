@@ -1,6 +1,6 @@
 """The buffered path: TLS transports and files that cannot go zero-copy.
 
-Writes the chunks _chunks.ChunkReader reads (one chunk ahead, never blocking
+Writes the chunks chunks.ChunkReader reads (one chunk ahead, never blocking
 the loop) and paces them with the transport's flow control.
 """
 

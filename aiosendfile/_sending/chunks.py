@@ -4,7 +4,7 @@ Regular files are read by position, so the file object is never disturbed:
 on the loop with preadv2(RWF_NOWAIT) when the bytes are in the page cache
 (no thread round trip), in a worker (_disk) only on a miss.  Pipes, sockets
 and terminals are read on the loop when poll(2) says they are readable
-(_ready_reads), after the bytes their file object already holds: no thread
+(ready_reads), after the bytes their file object already holds: no thread
 ever waits on a pipe, so a cancelled send leaves none behind.  In-memory
 objects are read on the loop, by position, so several sends may share one.
 Every chunk is a fresh bytes object: since Python 3.12 a transport may keep a

@@ -116,7 +116,8 @@ _PLAIN_FILE_TYPES = frozenset((io.BufferedReader, io.BufferedRandom, io.FileIO))
 
 
 def open_source(file: object) -> Source:
-    """Validates `file` (API point 10) and returns its Source; opens paths."""
+    """Validates `file` (the README's send() contract, "Bad input") and returns its
+    Source; opens paths."""
     if type(file) in _PLAIN_FILE_TYPES:
         _check_open_for_reading(file)
         return Source(file, owned=False)

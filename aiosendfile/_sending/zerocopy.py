@@ -7,7 +7,7 @@ to wait, every call goes to a dup() of its own.  That dup is what the loop
 watches (both loops refuse a second registration of the transport's own fd),
 and it guarantees the send never writes to a descriptor number that a closed
 transport gave back and another connection or file now holds.  A close or a
-reset ends every wait at once (_flow.Flow.wait_for), and the dup is closed
+reset ends every wait at once (flow.Flow.wait_for), and the dup is closed
 with it, so the connection really closes.  Before every call the transport's
 own write buffer must be empty, so nothing it queued earlier can be overtaken.
 
