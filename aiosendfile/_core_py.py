@@ -16,7 +16,8 @@ import socket
 import stat
 import struct
 import termios
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
@@ -30,6 +31,32 @@ _HAVE_SIGMASK = hasattr(signal, "pthread_sigmask") and hasattr(signal, "sigtimed
 _SIGPIPE_ONLY = {signal.SIGPIPE} if hasattr(signal, "SIGPIPE") else set()
 # The kernel's MAX_RW_COUNT: the most one sendfile(2) call moves.
 _MAX_SYSCALL_BYTES = 0x7FFFF000
+
+_T = TypeVar("_T")
+
+
+def _os_error(call: str, code: int) -> OSError:
+    """The C core's error (csrc/errors.c): OSError(errno.EPIPE, "sendfile: Broken pipe").
+
+    OSError picks the subclass from the errno (BrokenPipeError here), as for any os.* call.
+    """
+    return OSError(code, f"{call}: {os.strerror(code)}")
+
+
+def _renamed(call: str, exc: OSError) -> OSError:
+    """exc as the C core would raise it after `call` failed; exc itself when it has no errno."""
+    return exc if exc.errno is None else _os_error(call, exc.errno)
+
+
+def _call(call: str, func: Callable[..., _T], *args: Any) -> _T:
+    """func(*args), its OSError naming `call`, the system call it made, as the C core's do.
+
+    Free when func succeeds; only an error pays for the new message.
+    """
+    try:
+        return func(*args)
+    except OSError as exc:
+        raise _renamed(call, exc) from None
 
 
 def sendfile(
@@ -88,7 +115,10 @@ def sendfile_cached(
         raise TypeError("offset must be an int")
     if max_bytes < 0:
         raise ValueError("max_bytes must be >= 0")
-    st = os.fstat(in_)
+    try:
+        st = os.fstat(in_)
+    except OSError:
+        return None  # as the C core: the general path reports what is wrong with in_
     if not stat.S_ISREG(st.st_mode) or st.st_size <= 0:
         return None  # size 0 is what procfs and sysfs report for files with content
     if offset > st.st_size:
@@ -125,7 +155,7 @@ def resident(fd: int, offset: int, nbytes: int) -> int:
     if nbytes < 0:
         raise ValueError("nbytes must be >= 0")
     if not _HAVE_RWF_NOWAIT:
-        raise OSError(errno.ENOSYS, "RWF_NOWAIT is not available")
+        raise _os_error("preadv2", errno.ENOSYS)  # no preadv2(2) with RWF_NOWAIT here
     nbytes = min(nbytes, _RESIDENCY_MAX_BYTES)
     if nbytes == 0 or not _cached(fd, offset):
         return 0
@@ -146,7 +176,9 @@ def _cached(fd: int, position: int) -> bool:
     try:
         return os.preadv(fd, [bytearray(1)], position, os.RWF_NOWAIT) == 1
     except BlockingIOError:
-        return False
+        return False  # not cached: an answer, not an error, so not renamed (it costs)
+    except OSError as exc:
+        raise _renamed("preadv2", exc) from None
 
 
 class _Step:
@@ -173,14 +205,15 @@ class _Step:
     def _write_some(self, data: memoryview, more_follows: bool) -> int:
         if self._is_socket:
             try:
-                sock = self._socket()
+                sock = _call("send", self._socket)  # EBADF here is send(2)'s in the C core
             except OSError as exc:
                 if exc.errno != errno.ENOTSOCK:
                     raise
                 self._is_socket = False  # sendfile(2) also writes to pipes and files
             else:
-                return sock.send(data, _MSG_NOSIGNAL | (_MSG_MORE if more_follows else 0))
-        return os.write(self.out, data)
+                flags = _MSG_NOSIGNAL | (_MSG_MORE if more_follows else 0)
+                return _call("send", sock.send, data, flags)
+        return _call("write", os.write, self.out, data)
 
     def _socket(self) -> socket.socket:
         """A socket object over `out` that leaves the descriptor as it found it."""
@@ -213,10 +246,8 @@ class _Step:
         on; on a non-blocking one the fd is full and another call would get EAGAIN."""
         while self.file_sent < self.nbytes:
             chunk = min(self.nbytes - self.file_sent, _MAX_SYSCALL_BYTES)
-            if self.offset is None:
-                n = os.sendfile(self.out, self.in_, None, chunk)
-            else:
-                n = os.sendfile(self.out, self.in_, self.offset + self.file_sent, chunk)
+            position = None if self.offset is None else self.offset + self.file_sent
+            n = _call("sendfile", os.sendfile, self.out, self.in_, position, chunk)
             self.file_sent += n
             self.written += n
             if n < chunk:
@@ -261,17 +292,18 @@ def splice_to_file(
     """
     _check_arguments(offset, nbytes, sock=sock, pipe_r=pipe_r, pipe_w=pipe_w, file=file)
     if not HAVE_SPLICE:
-        raise OSError(errno.ENOSYS, "splice(2) is not available")
+        raise _os_error("splice", errno.ENOSYS)
 
+    move, nonblock = os.SPLICE_F_MOVE, os.SPLICE_F_NONBLOCK
     written = 0
     try:
         # Bytes an earlier call could not write to the file come first.
-        in_pipe = pipe_content(pipe_r)
+        in_pipe = _call("ioctl", pipe_content, pipe_r)
         while True:
             while in_pipe:
-                n = os.splice(pipe_r, file, in_pipe, offset_dst=offset, flags=os.SPLICE_F_MOVE)
-                if n == 0:
-                    raise OSError(errno.EIO, "splice(2) wrote nothing from a full pipe")
+                n = _call("splice", os.splice, pipe_r, file, in_pipe, None, offset, move)
+                if n == 0:  # impossible while we hold the write end: fail, never spin
+                    raise _os_error("splice", errno.EIO)
                 in_pipe -= n
                 written += n
                 if offset is not None:
@@ -282,7 +314,7 @@ def splice_to_file(
             if written and not _socket_readable(sock):
                 break
             want = min(nbytes - written, _MAX_SYSCALL_BYTES)
-            in_pipe = os.splice(sock, pipe_w, want, flags=os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK)
+            in_pipe = _call("splice", os.splice, sock, pipe_w, want, None, None, move | nonblock)
             if in_pipe == 0:
                 break  # end of stream
     except OSError:

@@ -60,6 +60,18 @@ _REFUSED = frozenset(
 _RETRY = frozenset((errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR))
 
 
+# What a question the engine can do without (which pages are cached, a read that
+# must not wait) may meet on a file that cannot answer it: the engine then goes on
+# without the answer.  Anything else (EIO, EBADF...) is the file's real error.
+_CANNOT_TELL = _REFUSED | {errno.ENODEV, errno.EACCES, errno.EPERM}
+
+
+def cannot_tell(exc: OSError) -> bool:
+    """Whether an optional question (residency, RWF_NOWAIT) was refused for this file,
+    rather than failed: then the engine goes on without the answer."""
+    return exc.errno in _CANNOT_TELL
+
+
 def classify(exc: OSError, *, file_bytes_sent: int) -> Action:
     """Decides what an OSError raised by the core means for the send in progress."""
     if exc.errno in _RETRY:

@@ -7,7 +7,7 @@ import io
 import os
 import stat
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 # What asking a file-like object for its descriptor or its state may raise.
 NOT_A_FD = (AttributeError, io.UnsupportedOperation, OSError, ValueError)
@@ -108,3 +108,46 @@ def call_or(file: Any, method: str, default: bool) -> bool:
         return bool(fn())
     except NOT_A_FD:
         return False
+
+
+Direction = Literal["read", "write"]
+# What open(path, "rb") / open(path, "wb") and friends return: binary by
+# construction, so only closed and readable (writable) need checking: the
+# common case, on every small response.
+_PLAIN_FILE_TYPES = {
+    "read": frozenset((io.BufferedReader, io.BufferedRandom, io.FileIO)),
+    "write": frozenset((io.BufferedWriter, io.BufferedRandom, io.FileIO)),
+}
+_PATH_MODES = {"read": "rb", "write": "wb"}  # a path to write is created or truncated
+_CAN = {"read": ("readable", "reading"), "write": ("writable", "writing")}
+_NOT_A_FILE_HINTS = {
+    "read": "to send bytes, write them to the writer",
+    "write": "to receive into memory, pass an io.BytesIO",
+}
+
+
+def open_file_argument(file: object, direction: Direction, wrap: Callable[[Any, bool], _T]) -> _T:
+    """Validates send()'s (read) or receive()'s (write) `file` argument and returns
+    `wrap(file, owned)`; a path is opened here (owned: closed by the caller's wrap).
+
+    TypeError for what is not a binary file or a path; ValueError for a closed
+    file; io.UnsupportedOperation for one not open for `direction`.
+    """
+    if type(file) in _PLAIN_FILE_TYPES[direction]:
+        _check_open_for(file, direction)
+        return wrap(file, False)
+    reject_non_file(file, _NOT_A_FILE_HINTS[direction])
+    if isinstance(file, (str, os.PathLike)):
+        return open_path(file, _PATH_MODES[direction], lambda opened: wrap(opened, True))
+    sync_file = unwrap_async_file(file)
+    check_binary(sync_file, direction, _PATH_MODES[direction])
+    _check_open_for(sync_file, direction)
+    return wrap(sync_file, False)
+
+
+def _check_open_for(file: Any, direction: Direction) -> None:
+    if getattr(file, "closed", False):
+        raise ValueError("I/O operation on closed file")
+    able, doing = _CAN[direction]
+    if not call_or(file, able, True):
+        raise io.UnsupportedOperation(f"file is not open for {doing}")

@@ -23,8 +23,8 @@ typedef struct {
  * nothing is written, `taken` stays 0, and the result is 0.
  *
  * Returns what asf_sendfile() returns when taken: bytes written, or -errno
- * when nothing could be written.
+ * when nothing could be written, with *call naming the system call.
  */
-ssize_t asf_sendfile_cached(asf_cached_request *req);
+ssize_t asf_sendfile_cached(asf_cached_request *req, const char **call);
 
 #endif /* ASF_CACHED_H */

@@ -14,9 +14,10 @@
  * Returns how many bytes from `offset` (up to `len`, at most
  * ASF_RESIDENCY_MAX_BYTES) are in the page cache, counting whole pages and
  * stopping at the first page that is not; or -errno when the kernel cannot
- * tell (no cachestat and a file that cannot be mapped, e.g. procfs).
+ * tell (no cachestat and a file that cannot be mapped, e.g. procfs), with
+ * *call naming the system call that failed last: "mmap" or "mincore".
  * One cachestat(2) call when the whole range is resident, the hot case.
  */
-ssize_t asf_resident_bytes(int fd, off_t offset, size_t len);
+ssize_t asf_resident_bytes(int fd, off_t offset, size_t len, const char **call);
 
 #endif /* ASF_RESIDENCY_H */

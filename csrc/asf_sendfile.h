@@ -31,8 +31,9 @@ typedef struct {
  * returns a partial count.
  *
  * Returns the bytes written (header + file + trailer), 0 at end of file with
- * nothing else to write, or -errno when nothing at all could be written.
+ * nothing else to write, or -errno when nothing at all could be written; then
+ * *call names the system call that failed: "send", "write" or "sendfile".
  */
-ssize_t asf_sendfile(const asf_request *req);
+ssize_t asf_sendfile(const asf_request *req, const char **call);
 
 #endif /* ASF_SENDFILE_H */

@@ -34,8 +34,8 @@ typedef struct {
  *
  * Returns the bytes written to the file (> 0), 0 at end of stream with
  * nothing written, or -errno when nothing was written (-EAGAIN: the socket
- * has nothing yet).
+ * has nothing yet), with *call naming the system call: "ioctl" or "splice".
  */
-ssize_t asf_splice_to_file(const asf_splice_request *req);
+ssize_t asf_splice_to_file(const asf_splice_request *req, const char **call);
 
 #endif /* ASF_SPLICE_H */

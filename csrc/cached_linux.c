@@ -25,17 +25,19 @@ static long long bytes_owed(int fd, off_t offset, long long count)
     return (count >= 0 && count < left) ? count : left;
 }
 
-ssize_t asf_sendfile_cached(asf_cached_request *req)
+ssize_t asf_sendfile_cached(asf_cached_request *req, const char **call)
 {
     long long owed = bytes_owed(req->send.in_fd, *req->send.offset, req->count);
+    const char *unknown;  /* residency that cannot be told is a no, not an error */
 
     req->taken = 0;
     if (owed < 0 || (unsigned long long)owed > req->max_bytes)
         return 0;
     /* The whole range or nothing: a partly cached file goes through the read-ahead. */
-    if (owed > 0 && asf_resident_bytes(req->send.in_fd, *req->send.offset, (size_t)owed) != owed)
+    if (owed > 0 &&
+        asf_resident_bytes(req->send.in_fd, *req->send.offset, (size_t)owed, &unknown) != owed)
         return 0;
     req->send.nbytes = (size_t)owed;
     req->taken = 1;
-    return asf_sendfile(&req->send);
+    return asf_sendfile(&req->send, call);
 }

@@ -56,21 +56,34 @@ static int convert_count(PyObject *obj, void *out)
     return parse_optional_offset(obj, "count", out);
 }
 
-/* A C-core step: bytes moved, or -errno.  It may note results in its request. */
-typedef ssize_t (*step_fn)(void *request);
+/* A C-core step: bytes moved, or -errno with *call naming the system call that failed.
+ * It may note results in its request. */
+typedef ssize_t (*step_fn)(void *request, const char **call);
 
-static ssize_t sendfile_step(void *request) { return asf_sendfile(request); }
-static ssize_t cached_step(void *request) { return asf_sendfile_cached(request); }
-static ssize_t splice_step(void *request) { return asf_splice_to_file(request); }
+static ssize_t sendfile_step(void *request, const char **call)
+{
+    return asf_sendfile(request, call);
+}
 
-/* Runs `step` with the GIL released; its count as an int, or OSError. */
+static ssize_t cached_step(void *request, const char **call)
+{
+    return asf_sendfile_cached(request, call);
+}
+
+static ssize_t splice_step(void *request, const char **call)
+{
+    return asf_splice_to_file(request, call);
+}
+
+/* Runs `step` with the GIL released; its count as an int, or OSError naming the call. */
 static PyObject *run_step(step_fn step, void *request)
 {
     ssize_t result;
+    const char *call = NULL;
 
     for (;;) {
         Py_BEGIN_ALLOW_THREADS
-        result = step(request);
+        result = step(request, &call);
         Py_END_ALLOW_THREADS
         if (result != -EINTR)
             break;
@@ -79,7 +92,7 @@ static PyObject *run_step(step_fn step, void *request)
             return NULL;
     }
     if (result < 0)
-        return asf_raise_errno((int)-result);
+        return asf_raise_errno((int)-result, call);
     return PyLong_FromSsize_t(result);
 }
 
@@ -95,12 +108,14 @@ this returns, and the caller resumes from the count).\n\
 out and in_ are file descriptors. offset None reads from (and advances)\n\
 in_'s own position. Returns the bytes written (header + file + trailer, in\n\
 that order); 0 at end of file. Raises OSError with the kernel's errno\n\
-(BlockingIOError for EAGAIN) only when nothing could be written; after a\n\
-partial write the error comes back on the next call. The header is sent\n\
-with MSG_MORE so it shares a segment with the file's first bytes. SIGPIPE\n\
-raised by these calls is swallowed; the process's disposition is not\n\
-changed. flags is accepted for pysendfile compatibility and ignored on\n\
-Linux. The GIL is released around the system calls.");
+(BlockingIOError for EAGAIN) only when nothing could be written, its message\n\
+naming the call that failed: \"sendfile: Broken pipe\" (send or write for\n\
+header and trailer). After a partial write the error comes back on the next\n\
+call. The header is sent with MSG_MORE so it shares a segment with the\n\
+file's first bytes. SIGPIPE raised by these calls is swallowed; the\n\
+process's disposition is not changed. flags is accepted for pysendfile\n\
+compatibility and ignored on Linux. The GIL is released around the system\n\
+calls.");
 
 static PyObject *core_sendfile(PyObject *self, PyObject *args, PyObject *kwargs)
 {
@@ -220,7 +235,8 @@ call) are in the page cache, in whole pages, stopping at the first page that\n\
 is not: what sendfile(2) can send without waiting for a disk. One\n\
 cachestat(2) call when the whole range is cached (Linux >= 6.5), mincore(2)\n\
 on a mapping otherwise. Raises OSError when the kernel cannot tell (a file\n\
-that cannot be mapped, such as procfs, on a kernel without cachestat).");
+that cannot be mapped, such as procfs, on a kernel without cachestat), its\n\
+message naming mmap or mincore.");
 
 static PyObject *core_resident(PyObject *self, PyObject *args, PyObject *kwargs)
 {
@@ -229,6 +245,7 @@ static PyObject *core_resident(PyObject *self, PyObject *args, PyObject *kwargs)
     optional_offset offset = {0, 0};
     Py_ssize_t nbytes;
     ssize_t result;
+    const char *call = NULL;
 
     (void)self;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iO&n:resident", kwlist, &fd,
@@ -243,10 +260,10 @@ static PyObject *core_resident(PyObject *self, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    result = asf_resident_bytes(fd, offset.value, (size_t)nbytes);
+    result = asf_resident_bytes(fd, offset.value, (size_t)nbytes, &call);
     Py_END_ALLOW_THREADS
     if (result < 0)
-        return asf_raise_errno((int)-result);
+        return asf_raise_errno((int)-result, call);
     return PyLong_FromSsize_t(result);
 }
 
@@ -262,7 +279,8 @@ transfer.\n\
 \n\
 Returns the bytes written to the file; 0 at end of stream. Raises OSError\n\
 with the kernel's errno (BlockingIOError for EAGAIN: nothing to read yet)\n\
-only when nothing was written; after a partial write the error comes back on\n\
+only when nothing was written, its message naming the call (splice, or ioctl\n\
+for the pipe's count); after a partial write the error comes back on\n\
 the next call. A file-side error (ENOSPC, EFBIG) leaves in the pipe the bytes\n\
 the file refused: they have left the socket, and the next call with the same\n\
 pipe writes them first; a caller that gives up must read them out or close\n\

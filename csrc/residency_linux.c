@@ -34,8 +34,9 @@ static int all_cached(int fd, off_t first, size_t len, size_t page)
     return stat.nr_cache >= pages;
 }
 
-/* Bytes from `first` (page aligned) up to the first page not in the cache. */
-static ssize_t cached_prefix(int fd, off_t first, size_t len, size_t page)
+/* Bytes from `first` (page aligned) up to the first page not in the cache; or -errno
+ * with *call set. */
+static ssize_t cached_prefix(int fd, off_t first, size_t len, size_t page, const char **call)
 {
     unsigned char vec[ASF_RESIDENCY_MAX_BYTES / 4096];
     size_t pages = (len + page - 1) / page, i;
@@ -45,11 +46,14 @@ static ssize_t cached_prefix(int fd, off_t first, size_t len, size_t page)
         pages = sizeof(vec);
     /* Mapping does not fault pages in; mincore only reads the page tables' view. */
     map = mmap(NULL, pages * page, PROT_READ, MAP_SHARED, fd, first);
-    if (map == MAP_FAILED)
+    if (map == MAP_FAILED) {
+        *call = "mmap";
         return -errno;
+    }
     if (mincore(map, pages * page, vec) != 0) {
         int err = errno;
         munmap(map, pages * page);
+        *call = "mincore";
         return -err;
     }
     munmap(map, pages * page);
@@ -58,7 +62,7 @@ static ssize_t cached_prefix(int fd, off_t first, size_t len, size_t page)
     return (ssize_t)(i * page);
 }
 
-ssize_t asf_resident_bytes(int fd, off_t offset, size_t len)
+ssize_t asf_resident_bytes(int fd, off_t offset, size_t len, const char **call)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     off_t first = offset - offset % (off_t)page;
@@ -76,7 +80,7 @@ ssize_t asf_resident_bytes(int fd, off_t offset, size_t len)
     if (whole == 1)
         return (ssize_t)len;
     /* Not all (or no cachestat, ENOSYS before Linux 6.5): find where it stops. */
-    prefix = cached_prefix(fd, first, span, page);
+    prefix = cached_prefix(fd, first, span, page, call);
     if (prefix < 0)
         return whole == 0 ? 0 : prefix;
     if ((size_t)prefix <= lead)

@@ -71,9 +71,10 @@ static void sigpipe_restore(const sigpipe_guard *guard)
 
 /* --- header and trailer --- */
 
-/* One write of buf[0:len]: the count (short after a signal or on a full socket), or -errno. */
+/* One write of buf[0:len]: the count (short after a signal or on a full socket), or
+ * -errno with *call set. */
 static ssize_t write_bytes(int fd, const char *buf, size_t len, int more_follows,
-                           int *is_socket)
+                           int *is_socket, const char **call)
 {
     ssize_t n;
 
@@ -81,12 +82,19 @@ static ssize_t write_bytes(int fd, const char *buf, size_t len, int more_follows
         return 0;
     if (*is_socket) {
         n = send(fd, buf, len, MSG_NOSIGNAL | (more_follows ? MSG_MORE : 0));
-        if (n >= 0 || errno != ENOTSOCK)
-            return n < 0 ? -errno : n;
+        if (n >= 0)
+            return n;
+        if (errno != ENOTSOCK) {
+            *call = "send";
+            return -errno;
+        }
         *is_socket = 0;  /* sendfile(2) also writes to pipes and files */
     }
     n = write(fd, buf, len);
-    return n < 0 ? -errno : n;
+    if (n >= 0)
+        return n;
+    *call = "write";
+    return -errno;
 }
 
 /* A header sent with MSG_MORE waits for more bytes; when none followed in
@@ -104,10 +112,10 @@ static void push_held_header(int fd)
 
 /* --- the step --- */
 
-/* Up to nbytes file bytes into *sent: 0, or -errno.  Stops at the first short count:
- * on a blocking fd a signal cut it short and its handler must run before we go on;
- * on a non-blocking one the fd is full and another call would only get EAGAIN. */
-static int send_file_bytes(const asf_request *req, size_t *sent)
+/* Up to nbytes file bytes into *sent: 0, or -errno with *call set.  Stops at the first
+ * short count: on a blocking fd a signal cut it short and its handler must run before we
+ * go on; on a non-blocking one the fd is full and another call would only get EAGAIN. */
+static int send_file_bytes(const asf_request *req, size_t *sent, const char **call)
 {
     while (*sent < req->nbytes) {
         size_t chunk = req->nbytes - *sent;
@@ -116,8 +124,10 @@ static int send_file_bytes(const asf_request *req, size_t *sent)
         if (chunk > ASF_MAX_SYSCALL_BYTES)
             chunk = ASF_MAX_SYSCALL_BYTES;
         n = sendfile(req->out_fd, req->in_fd, req->offset, chunk);
-        if (n < 0)
+        if (n < 0) {
+            *call = "sendfile";
             return -errno;
+        }
         *sent += (size_t)n;
         if ((size_t)n < chunk)
             return 0;  /* end of file shows as 0 on the caller's next call */
@@ -125,7 +135,7 @@ static int send_file_bytes(const asf_request *req, size_t *sent)
     return 0;
 }
 
-ssize_t asf_sendfile(const asf_request *req)
+ssize_t asf_sendfile(const asf_request *req, const char **call)
 {
     sigpipe_guard guard;
     ssize_t n;
@@ -135,15 +145,15 @@ ssize_t asf_sendfile(const asf_request *req)
     more_follows = req->nbytes > 0 || req->trailer_len > 0;
     sigpipe_block(&guard);
 
-    n = write_bytes(req->out_fd, req->header, req->header_len, more_follows, &is_socket);
+    n = write_bytes(req->out_fd, req->header, req->header_len, more_follows, &is_socket, call);
     if (n < 0)
         err = (int)n;
     else
         header_sent = (size_t)n;
     if (err == 0 && header_sent == req->header_len)
-        err = send_file_bytes(req, &file_sent);
+        err = send_file_bytes(req, &file_sent, call);
     if (err == 0 && header_sent == req->header_len && file_sent == req->nbytes) {
-        n = write_bytes(req->out_fd, req->trailer, req->trailer_len, 0, &is_socket);
+        n = write_bytes(req->out_fd, req->trailer, req->trailer_len, 0, &is_socket, call);
         if (n < 0)
             err = (int)n;
         else

@@ -47,14 +47,16 @@ static int socket_readable(int fd)
     return (pfd.revents & (POLLIN | POLLHUP)) != 0;
 }
 
-ssize_t asf_splice_to_file(const asf_splice_request *req)
+ssize_t asf_splice_to_file(const asf_splice_request *req, const char **call)
 {
     size_t written = 0, in_pipe = 0;
     int pending = 0, err = 0;
 
     /* Bytes an earlier call could not write to the file come first. */
-    if (ioctl(req->pipe_r, FIONREAD, &pending) < 0)
+    if (ioctl(req->pipe_r, FIONREAD, &pending) < 0) {
+        *call = "ioctl";
         return -errno;
+    }
     in_pipe = (size_t)pending;
 
     for (;;) {
@@ -82,14 +84,16 @@ ssize_t asf_splice_to_file(const asf_splice_request *req)
     }
     if (written > 0)
         return (ssize_t)written;
+    *call = "splice";  /* either side's: the pipe's drain to the file, or the socket's read */
     return err;
 }
 
 #else /* !HAVE_SPLICE */
 
-ssize_t asf_splice_to_file(const asf_splice_request *req)
+ssize_t asf_splice_to_file(const asf_splice_request *req, const char **call)
 {
     (void)req;
+    *call = "splice";
     return -ENOSYS;
 }
 

@@ -97,11 +97,14 @@ def test_sendfile_cached_declines_having_sent_nothing(
         os.write(w, b"x" * 10)
         declined = {
             "over max_bytes": (big, {}),
-            "not cached": (cold, {}),
             "size 0 (procfs)": (Path("/proc/self/limits"), {}),
             "a pipe": (None, {}),
             "a smaller max_bytes": (big, {"max_bytes": 100}),
         }
+        if core.name == "c":
+            # The twin's RWF_NOWAIT probe starts readahead, which fast storage may finish
+            # before the probe returns: see test_send_quick_path_declines.
+            declined["not cached"] = (cold, {})
         for reason, (path, kwargs) in declined.items():
             if path is None:
                 fd = r

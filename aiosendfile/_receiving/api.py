@@ -7,13 +7,14 @@ from typing import Any
 
 from .. import _core
 from .._errors import IncompleteReceiveError, transport_closing
+from .._files import open_file_argument
 from .._progress import Progress
 from .._serial import end_turn, take_turn
 from .._transports import PathChoice, zero_copy_refusal
 from .buffered import receive_buffered
 from .reading import ReadSide, read_side
 from .receipt import Receipt
-from .target import Target, open_target
+from .target import Target
 from .zerocopy import SpliceRefused, receive_spliced
 
 log = logging.getLogger("aiosendfile")
@@ -35,7 +36,7 @@ async def receive(
     """
     side = read_side(reader, writer)
     _check_arguments(count, offset, progress)
-    target = open_target(file)
+    target = open_file_argument(file, "write", Target)
     try:
         start = target.start(offset)
         await take_turn(side.key)

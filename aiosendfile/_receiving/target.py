@@ -14,15 +14,10 @@ from typing import Any
 
 from .._files import (
     call_or,
-    check_binary,
     fileno_of,
-    open_path,
-    reject_non_file,
-    unwrap_async_file,
 )
 
 # What open(path, "wb") and friends return: binary by construction.
-_PLAIN_FILE_TYPES = frozenset((io.BufferedWriter, io.BufferedRandom, io.FileIO))
 
 
 class Target:
@@ -34,7 +29,7 @@ class Target:
     set at the end.
     """
 
-    def __init__(self, file: Any, *, owned: bool) -> None:
+    def __init__(self, file: Any, owned: bool) -> None:
         self.file = file
         self.owned = owned  # opened by receive() from a path: receive() closes it
         self.fd: int | None = fileno_of(file)
@@ -196,24 +191,3 @@ class Write:
                 view = view[n:]
         finally:
             self._state = _State.DONE
-
-
-def open_target(file: object) -> Target:
-    """Validates `file` and returns its Target; a path is created or truncated."""
-    if type(file) in _PLAIN_FILE_TYPES:
-        _check_open_for_writing(file)
-        return Target(file, owned=False)
-    reject_non_file(file, "to receive into memory, pass an io.BytesIO")
-    if isinstance(file, (str, os.PathLike)):
-        return open_path(file, "wb", lambda opened: Target(opened, owned=True))
-    sync_file = unwrap_async_file(file)
-    check_binary(sync_file, "write", "wb")
-    _check_open_for_writing(sync_file)
-    return Target(sync_file, owned=False)
-
-
-def _check_open_for_writing(file: Any) -> None:
-    if getattr(file, "closed", False):
-        raise ValueError("I/O operation on closed file")
-    if not call_or(file, "writable", True):
-        raise io.UnsupportedOperation("file is not open for writing")

@@ -13,14 +13,13 @@ this event's budget is spent; the loop then calls again, level-triggered.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import os
 
 from .. import _core
-from .._core_py import pipe_content
 from .._errors import Action, classify, transport_closing
+from .._readiness import run_on_events
 from .._settings import ENGINE
 from .receipt import Receipt
 
@@ -60,7 +59,7 @@ async def receive_spliced(receipt: Receipt) -> None:
         raise
     try:
         try:
-            engine = _Engine(receipt, watched, pipe)
+            engine = SpliceEngine(receipt, watched, pipe)
             if not engine.pump():  # often all of it at once, without touching the loop
                 await engine.run_on_loop()
         finally:
@@ -71,7 +70,7 @@ async def receive_spliced(receipt: Receipt) -> None:
         raise
 
 
-class _Engine:
+class SpliceEngine:
     def __init__(self, receipt: Receipt, sock_fd: int, pipe: tuple[int, int]) -> None:
         self.receipt = receipt
         self.sock_fd = sock_fd
@@ -79,7 +78,6 @@ class _Engine:
         assert receipt.target.fd is not None
         self.file_fd = receipt.target.fd
         self.spliced = 0  # bytes written by splice(2) in this receive
-        self._done: asyncio.Future[None] | None = None
 
     def pump(self) -> bool:
         """Calls the core until the socket has nothing more; True once the receive is done.
@@ -116,30 +114,12 @@ class _Engine:
             # the next call (csrc/asf_splice.h).  Calling again tells which.
 
     async def run_on_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._done = loop.create_future()
-        loop.add_reader(self.sock_fd, self._on_readable)
-        try:
-            await self._done
-        finally:
-            loop.remove_reader(self.sock_fd)
+        await run_on_events(self.sock_fd, "read", self._pump_if_open)
 
-    def _on_readable(self) -> None:
-        done = self._done
-        assert done is not None
-        if done.done():
-            return
-        try:
-            if self.receipt.transport.is_closing():
-                raise transport_closing()
-            finished = self.pump()
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            done.set_exception(exc)
-            return
-        if finished:
-            done.set_result(None)
+    def _pump_if_open(self) -> bool:
+        if self.receipt.transport.is_closing():
+            raise transport_closing()
+        return self.pump()
 
 
 class _PipePool:
@@ -186,11 +166,20 @@ class _PipePool:
 
 
 def _read_all(pipe_r: int) -> bytes:
-    # Asking first: os.read(fd, n) allocates n bytes even when there is nothing.
+    """What the pipe (O_NONBLOCK) still holds: nothing, unless the file refused it."""
     chunks = []
-    while waiting := pipe_content(pipe_r):
-        chunks.append(os.read(pipe_r, waiting))
+    while True:
+        try:
+            chunk = os.read(pipe_r, _PIPE_READ)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
     return b"".join(chunks)
+
+
+_PIPE_READ = 64 * 1024  # the default pipe size; most often it holds nothing
 
 
 def _close(pipe: tuple[int, int]) -> None:

@@ -8,14 +8,14 @@ from typing import Any
 
 from .. import _core
 from .._errors import SendfileNotAvailableError, transport_closing
-from .._files import MAX_FILE_POSITION
+from .._files import MAX_FILE_POSITION, open_file_argument
 from .._progress import Progress
 from .._serial import claim_turn, end_turn, take_turn
 from .._transports import PathChoice, zero_copy_refusal
 from .buffered import send_buffered
 from .flow import Flow
 from .quick import QUICK, quick_route_open, send_quick
-from .source import Source, open_source
+from .source import Source
 from .transfer import Transfer
 from .zerocopy import ZeroCopyRefused, start_zerocopy
 
@@ -69,7 +69,7 @@ async def _send(
 ) -> int:
     """The general path, for arguments already checked (count None past any file's end)."""
     flow = Flow.of(writer)
-    source = open_source(file)
+    source = open_file_argument(file, "read", Source)
     try:
         transport = flow.transport
         if transport.is_closing():
@@ -110,7 +110,7 @@ def which_path(writer: Any, file: Any) -> PathChoice:
     headers, would take the quick route now (see _sending.quick).
     """
     flow = Flow.of(writer)
-    source = open_source(file)
+    source = open_file_argument(file, "read", Source)
     try:
         choice = _choose(flow, source)
         if choice.path == "zerocopy" and quick_route_open(flow.transport, file, source):

@@ -15,19 +15,18 @@ refilled buffer would corrupt the stream.
 from __future__ import annotations
 
 import asyncio
-import errno
 import functools
 import os
 from collections.abc import Callable
 from typing import Any, cast
 
 from .. import _disk
+from .._errors import cannot_tell
 from .ready_reads import ReadyReads
 from .source import Source
 
 # preadv2(RWF_NOWAIT): Linux >= 4.14.  Filesystems that refuse it say so once.
 _HAVE_RWF_NOWAIT = hasattr(os, "RWF_NOWAIT") and hasattr(os, "preadv")
-_NOWAIT_REFUSED = frozenset((errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS))
 
 # A chunk is a fresh object every time; bytearray when read straight into one.
 Chunk = bytes | bytearray
@@ -137,7 +136,7 @@ class ChunkReader:
         except BlockingIOError:
             return None  # not cached: a worker waits for the disk instead
         except OSError as exc:
-            if exc.errno not in _NOWAIT_REFUSED:
+            if not cannot_tell(exc):
                 raise
             self._nowait = False  # FUSE, O_DIRECT...: the first refusal decides
             return None

@@ -10,11 +10,7 @@ from typing import Any
 from .._files import (
     NOT_A_FD,
     call_or,
-    check_binary,
     fileno_of,
-    open_path,
-    reject_non_file,
-    unwrap_async_file,
 )
 
 
@@ -25,7 +21,7 @@ class Source:
     through (an aiofiles object is unwrapped to the file it wraps).
     """
 
-    def __init__(self, file: Any, *, owned: bool) -> None:
+    def __init__(self, file: Any, owned: bool) -> None:
         self.file = file
         self.owned = owned  # opened by send() from a path: send() closes it
         self.fd: int | None = fileno_of(file)
@@ -108,37 +104,6 @@ def _descriptor_reads(file: Any, owned: bool) -> tuple[bool, bool]:
 def _no_bytes_now(buffer: Any) -> None:
     """What a raw file's readinto says when a read would wait (None, as for EAGAIN)."""
     return None
-
-
-# What open(path, "rb") and friends return: binary by construction, so only
-# closed and readable need checking (the common case, on every small response).
-_PLAIN_FILE_TYPES = frozenset((io.BufferedReader, io.BufferedRandom, io.FileIO))
-
-
-def open_source(file: object) -> Source:
-    """Validates `file` (the README's send() contract, "Bad input") and returns its
-    Source; opens paths."""
-    if type(file) in _PLAIN_FILE_TYPES:
-        _check_open_for_reading(file)
-        return Source(file, owned=False)
-    reject_non_file(file, "to send bytes, write them to the writer")
-    if isinstance(file, (str, os.PathLike)):
-        return open_path(file, "rb", lambda opened: Source(opened, owned=True))
-    sync_file = unwrap_async_file(file)
-    _check_binary_readable(sync_file)
-    return Source(sync_file, owned=False)
-
-
-def _check_binary_readable(file: Any) -> None:
-    check_binary(file, "read", "rb")
-    _check_open_for_reading(file)
-
-
-def _check_open_for_reading(file: Any) -> None:
-    if getattr(file, "closed", False):
-        raise ValueError("I/O operation on closed file")
-    if not call_or(file, "readable", True):
-        raise io.UnsupportedOperation("file is not open for reading")
 
 
 def _in_memory_size(file: Any) -> int | None:

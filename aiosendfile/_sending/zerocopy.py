@@ -27,8 +27,9 @@ import asyncio
 import os
 
 from .. import _core, _disk
-from .._errors import Action, classify, transport_closing
+from .._errors import Action, cannot_tell, classify, transport_closing
 from .._files import MAX_FILE_POSITION
+from .._readiness import run_on_events
 from .._settings import ENGINE
 from .transfer import Transfer
 
@@ -42,7 +43,7 @@ class ZeroCopyRefused(Exception):
     """The kernel refused sendfile(2) for this file before any file byte went."""
 
 
-def start_zerocopy(transfer: Transfer, sock_fd: int) -> _Engine:
+def start_zerocopy(transfer: Transfer, sock_fd: int) -> SendfileEngine:
     """Starts sending what `transfer` owes with the core, in this very call when the
     transport has nothing queued; `finish()` the engine unless it is `finished`.
 
@@ -52,7 +53,7 @@ def start_zerocopy(transfer: Transfer, sock_fd: int) -> _Engine:
     Raises ZeroCopyRefused to hand over to the buffered path.
     """
     assert transfer.source.fd is not None
-    engine = _Engine(transfer, sock_fd, transfer.source.fd)
+    engine = SendfileEngine(transfer, sock_fd, transfer.source.fd)
     if not transfer.transport.get_write_buffer_size():
         try:
             engine.step()  # most responses go whole here, without touching the loop
@@ -63,7 +64,7 @@ def start_zerocopy(transfer: Transfer, sock_fd: int) -> _Engine:
     return engine
 
 
-class _Engine:
+class SendfileEngine:
     def __init__(self, transfer: Transfer, out_fd: int, in_fd: int) -> None:
         self.transfer = transfer
         self.out_fd = out_fd
@@ -81,7 +82,6 @@ class _Engine:
         self.cache_unknown = False  # the residency check failed once: read everything in
         self.disk_read: asyncio.Future[int] | None = None
         self._disk_read_start = 0
-        self._done: asyncio.Future[None] | None = None
 
     async def finish(self) -> None:
         """Sends the rest, waiting on the loop for the socket, the disk, or bytes the
@@ -190,7 +190,9 @@ class _Engine:
             return 0
         try:
             return _core.active.resident(self.in_fd, start, window)
-        except OSError:
+        except OSError as exc:
+            if not cannot_tell(exc):
+                raise  # the file's own error (EIO...), as sendfile(2) would meet it
             self.cache_unknown = True
             return 0
 
@@ -221,38 +223,22 @@ class _Engine:
         """Steps on each writable event until finished, the next bytes are not
         cached yet, or the transport has queued bytes of its own (then the
         caller waits for those first)."""
-        done = self._done = self.loop.create_future()
-        self.loop.add_writer(self.out_fd, self._on_writable)
-        try:
-            await self.transfer.flow.wait_for(done)
-        finally:
-            self.loop.remove_writer(self.out_fd)
-            if done.done() and not done.cancelled():
-                done.exception()  # retrieved here; raised below unless the wait raised
-        done.result()
+        await run_on_events(
+            self.out_fd, "write", self._step_if_writable, self.transfer.flow.wait_for
+        )
 
-    def _on_writable(self) -> None:
-        done = self._done
-        assert done is not None
-        if done.done():
-            return
+    def _step_if_writable(self) -> bool:
+        """One step on a writable event; True when the wait for writability is over."""
         transport = self.transfer.transport
+        if transport.is_closing():
+            raise transport_closing()
+        if transport.get_write_buffer_size():
+            return True  # somebody wrote meanwhile: let it go first
         try:
-            if transport.is_closing():
-                raise transport_closing()
-            if transport.get_write_buffer_size():
-                done.set_result(None)  # somebody wrote meanwhile: let it go first
-                return
             self.step()
         except BlockingIOError:
-            return  # spurious wake-up: the socket filled again
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            done.set_exception(exc)
-            return
-        if self.finished or self.waiting_for_disk:
-            done.set_result(None)  # a disk wait is not a socket wait: stop watching
+            return False  # spurious wake-up: the socket filled again
+        return self.finished or self.waiting_for_disk  # a disk wait is not a socket wait
 
     def close(self) -> None:
         """Drops a disk read that has not started (a running one ends on its own fd),
