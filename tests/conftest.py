@@ -448,3 +448,13 @@ def expected_path(transport: str) -> str:
 
 
 __all__ = ["Connection", "Peer", "aiosendfile", "expected_path", "pattern"]
+
+
+@contextlib.contextmanager
+def opened(path: Path, flags: int = os.O_RDONLY) -> Iterator[int]:
+    """A descriptor of `path`, closed on the way out."""
+    fd = os.open(path, flags, 0o600)
+    try:
+        yield fd
+    finally:
+        os.close(fd)

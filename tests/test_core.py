@@ -26,7 +26,7 @@ import pytest
 
 from aiosendfile import _core_py
 
-from .conftest import pattern
+from .conftest import opened, pattern
 
 Step = Callable[..., int]
 
@@ -184,15 +184,6 @@ def stalled(kind: str) -> Iterator[Wire]:
 class Src:
     fd: int
     data: bytes
-
-
-@contextlib.contextmanager
-def opened(path: Path, flags: int = os.O_RDONLY) -> Iterator[int]:
-    fd = os.open(path, flags, 0o600)
-    try:
-        yield fd
-    finally:
-        os.close(fd)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ pipes and files only.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import resource
@@ -23,6 +22,8 @@ from pathlib import Path
 import pytest
 
 from aiosendfile._core import Core
+
+from .conftest import opened
 
 SMALL = 4096 + 3
 SMALL_BUF = 4096  # SO_SNDBUF for a socket that fills at once (Linux doubles it)
@@ -39,15 +40,6 @@ def assert_names(exc: OSError, call: str, code: int, cls: type[OSError]) -> None
 
 
 # --- descriptors ---
-
-
-@contextlib.contextmanager
-def opened(path: Path, flags: int = os.O_RDONLY) -> Iterator[int]:
-    fd = os.open(path, flags, 0o600)
-    try:
-        yield fd
-    finally:
-        os.close(fd)
 
 
 @pytest.fixture
