@@ -1,4 +1,7 @@
-"""Disk reads off the loop: a few at a time per loop, in the loop's default executor.
+"""Disk work off the loop: a few jobs at a time per loop, in the loop's default executor.
+
+send()'s reads (a cold file's pages, the buffered path's chunks) and receive()'s
+writes of bytes Python holds all go through this one queue.
 
 The default executor is shut down with the loop (asyncio.run and uvloop.run
 call shutdown_default_executor), so no read outlives it, and at most

@@ -472,9 +472,11 @@ class SlowDisk:
     def __init__(self) -> None:
         self.started = threading.Event()
         self.gate = threading.Event()
+        self.calls = 0  # pwrite() calls begun (each in a worker thread)
         self._pwrite = os.pwrite
 
     def pwrite(self, fd: int, data: Any, offset: int) -> int:
+        self.calls += 1
         self.started.set()
         self.gate.wait(30)
         return self._pwrite(fd, data, offset)
@@ -595,6 +597,31 @@ async def test_receive_cancelled_write_lands_before_raise(
         await asyncio.sleep(0.05)
         assert f.tell() == path.stat().st_size == size, "a write landed after receive() raised"
     assert path.read_bytes() == b"head" + HELD[: size - 4]
+
+
+async def test_receive_writes_share_the_disk_queue_cap(
+    connect: Callable[..., Any], tmp_path: Path, slow_disk: SlowDisk, core: Core
+) -> None:
+    """Writes of bytes Python holds go through the queue send()'s disk reads use:
+    six receives whose writes stall on the disk have at most MAX_JOBS of them in
+    worker threads at once, so the application's own to_thread() calls keep theirs."""
+    conns: list[Connection] = [await connect("tcp", reading=False) for _ in range(6)]
+    files = [(tmp_path / f"f{i}").open("wb") for i in range(6)]
+    receiving = [await start_worker_write(c, f) for c, f in zip(conns, files, strict=True)]
+    try:
+        await slow_disk.wait_started()
+        await asyncio.sleep(0.2)  # every write that could start has
+        assert slow_disk.calls == aiosendfile._disk.MAX_JOBS
+        assert await asyncio.to_thread(lambda: "the executor has room") == "the executor has room"
+    finally:
+        slow_disk.gate.set()
+        for task in receiving:
+            task.cancel()
+        await asyncio.gather(*receiving, return_exceptions=True)
+        for f in files:
+            f.close()
+    # The two still queued were withdrawn by the cancellation: they never started.
+    assert slow_disk.calls == aiosendfile._disk.MAX_JOBS
 
 
 @pytest.mark.parametrize("transport_kind", ["tcp", "unix", "tls"])

@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import enum
 import fcntl
+import functools
 import io
 import os
 import stat
 import threading
 from typing import Any
 
+from .. import _disk
 from .._files import (
     call_or,
     fileno_of,
@@ -127,7 +129,8 @@ class Write:
         self._lock = threading.Lock()  # the thread's start against a withdrawal
 
     def start(self, fd: int) -> None:
-        self._future = asyncio.get_running_loop().run_in_executor(None, self._run, fd)
+        # Through the same capped queue as the send side's disk reads.
+        self._future = _disk.submit(functools.partial(self._run, fd))
 
     def write_object(self, file: Any) -> None:
         """Writes an in-memory object on the loop; an error waits for `finished()`."""
