@@ -24,6 +24,7 @@ import asyncio
 from typing import Any
 
 from .._errors import transport_closing
+from .._forwarding import Forwarding, deliver
 from .reading import ReadSide
 from .receipt import Receipt
 
@@ -55,11 +56,11 @@ async def receive_buffered(receipt: Receipt) -> None:
             transport.set_protocol(inner)
 
 
-class _Intake(asyncio.BufferedProtocol):
+class _Intake(Forwarding, asyncio.BufferedProtocol):
     """Takes the transport's bytes into two reused buffers, up to `wanted` (None: until EOF)."""
 
     def __init__(self, inner: Any, side: ReadSide, wanted: int | None) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._side = side
         self._wanted = wanted  # bytes still to take from the transport
         self._buffers = (memoryview(bytearray(CHUNK_SIZE)), memoryview(bytearray(CHUNK_SIZE)))
@@ -140,32 +141,10 @@ class _Intake(asyncio.BufferedProtocol):
             self._wake()
         self.inner.connection_lost(exc)
 
-    def connection_made(self, transport: Any) -> None:
-        self.inner.connection_made(transport)
-
-    def pause_writing(self) -> None:
-        self.inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.inner.resume_writing()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
     def _pass_on(self, nbytes: int) -> None:
         """Left in a chain after the receive: bytes go to the application's protocol."""
-        data = bytes(self._scratch[:nbytes])
-        if isinstance(self.inner, asyncio.BufferedProtocol):
-            view = memoryview(data)
-            while view:
-                buf = memoryview(self.inner.get_buffer(len(view))).cast("B")
-                n = min(len(buf), len(view))
-                buf[:n] = view[:n]
-                self.inner.buffer_updated(n)
-                view = view[n:]
-        else:
-            self.inner.data_received(data)
+        deliver(self.inner, bytes(self._scratch[:nbytes]))

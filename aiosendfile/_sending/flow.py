@@ -31,6 +31,7 @@ import asyncio
 from typing import Any
 
 from .._errors import transport_closing
+from .._forwarding import Forwarding
 from .._transports import check_stream_transport
 
 # close() of a transport that still holds bytes (waiting for them to flush, or a TLS
@@ -170,21 +171,15 @@ class Flow:
             watcher.resumed = None
 
 
-class _PassThrough:
+class _PassThrough(Forwarding):
     """Passes every call through to `inner`, noting resume and connection loss."""
 
     def __init__(self, inner: Any) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.resumed: asyncio.Future[None] | None = None  # armed while a wait needs it
         self.waiters: set[asyncio.Future[None]] = set()  # woken when the connection is lost
         self.lost: ConnectionError | None = None
         self.detached = False  # the send is over: only pass calls on
-
-    def connection_made(self, transport: Any) -> None:
-        self.inner.connection_made(transport)
-
-    def pause_writing(self) -> None:
-        self.inner.pause_writing()
 
     def resume_writing(self) -> None:
         if self.resumed is not None and not self.resumed.done():
@@ -198,13 +193,6 @@ class _PassThrough:
                 if not waiter.done():
                     waiter.set_result(None)
         self.inner.connection_lost(exc)
-
-    def eof_received(self) -> bool | None:
-        result: bool | None = self.inner.eof_received()
-        return result
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 def _as_connection_error(exc: Exception | None) -> ConnectionError:
