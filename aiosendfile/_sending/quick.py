@@ -72,7 +72,9 @@ def send_quick(writer: Any, file: Any, offset: int, count: int | None, headers: 
             sock.fileno(), file.fileno(), offset, count, header, QUICK_MAX_BYTES
         )
     except OSError:
-        return None  # nothing was written
+        # Nothing was written: the general path meets the error again and classifies
+        # it (_errors.classify), in its one place.
+        return None
     if result is None:
         return None
     owed, written = result
