@@ -14,11 +14,14 @@ over, with a warning that says why.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import warnings
 from collections.abc import Callable
 
 from . import _core_py
+
+_C_CORE = f"{__package__}._core_c"
 
 # sendfile(out, in_, offset, nbytes, header=b"", trailer=b"", flags=0) -> bytes written
 SendfileStep = Callable[..., int]
@@ -46,9 +49,9 @@ class Core:
 def load(name: str) -> Core:
     """The core called `name` ("c" or "py"); ImportError when the C core is not there."""
     if name == "c":
-        from . import _core_c  # built on Linux only, where both system calls exist
-
-        c = _core_c
+        # Built on Linux only, where both system calls exist.  import_module, not
+        # "from . import": a missing module must be a ModuleNotFoundError naming it.
+        c = importlib.import_module(_C_CORE)
         return Core("c", c.sendfile, c.sendfile_cached, c.resident, c.splice_to_file, True, True)
     if name == "py":
         py = _core_py
@@ -69,9 +72,9 @@ def _at_import() -> Core:
         return load("py")
     try:
         return load("c")
-    except ModuleNotFoundError:
-        return load("py")  # installed without the extension
     except ImportError as exc:
+        if isinstance(exc, ModuleNotFoundError) and exc.name == _C_CORE:
+            return load("py")  # installed without the extension
         warnings.warn(
             f"aiosendfile: the C core failed to load ({exc}); using the pure-Python core",
             RuntimeWarning,
