@@ -7,8 +7,10 @@ aiosendfile._core_c.sendfile; slower per call, identical on the wire.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
+import mmap
 import os
 import select
 import signal
@@ -136,7 +138,6 @@ def sendfile_cached(
     return nbytes, sendfile(out, in_, offset, nbytes, header)
 
 
-_HAVE_RWF_NOWAIT = hasattr(os, "RWF_NOWAIT") and hasattr(os, "preadv")  # Linux >= 4.14
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _RESIDENCY_MAX_BYTES = 16 * 1024 * 1024  # as the C core
 
@@ -144,41 +145,61 @@ _RESIDENCY_MAX_BYTES = 16 * 1024 * 1024  # as the C core
 def resident(fd: int, offset: int, nbytes: int) -> int:
     """How many bytes of fd from offset (at most nbytes) are in the page cache.
 
-    The twin of aiosendfile._core_c.resident.  With no cachestat(2) or mincore(2)
-    in Python, it probes single bytes with preadv2(RWF_NOWAIT), which never waits
-    for a disk, and bisects for the first page that is not cached (assuming what
-    is cached is a prefix, as it is behind a sequential read).  Raises OSError when
-    the kernel cannot tell (no RWF_NOWAIT for this file).  A probe that misses
-    starts the kernel's readahead of a few pages, off the calling thread: harmless
-    to send(), which has a worker read the window in next anyway.
+    The twin of aiosendfile._core_c.resident, by mincore(2) on a mapping of the
+    range, reached through ctypes: mapping faults nothing in and mincore only reads
+    the page tables' view, so the answer has no side effect.  (A probe by
+    preadv2(RWF_NOWAIT) would start readahead, and on a fast disk see its own
+    pages.)  Raises OSError when the kernel cannot tell (no mincore here, or a
+    file that cannot be mapped).
     """
     if nbytes < 0:
         raise ValueError("nbytes must be >= 0")
-    if not _HAVE_RWF_NOWAIT:
-        raise _os_error("preadv2", errno.ENOSYS)  # no preadv2(2) with RWF_NOWAIT here
     nbytes = min(nbytes, _RESIDENCY_MAX_BYTES)
-    if nbytes == 0 or not _cached(fd, offset):
+    if nbytes == 0:
         return 0
-    if _cached(fd, offset + nbytes - 1):
-        return nbytes
     first = offset - offset % _PAGE
-    low, high = 0, (offset + nbytes - 1 - first) // _PAGE  # page `low` cached, `high` not
-    while high - low > 1:
-        middle = (low + high) // 2
-        if _cached(fd, first + middle * _PAGE):
-            low = middle
-        else:
-            high = middle
-    return first + high * _PAGE - offset
+    lead = offset - first
+    prefix = _cached_prefix(fd, first, lead + nbytes)
+    return max(0, min(prefix - lead, nbytes))
 
 
-def _cached(fd: int, position: int) -> bool:
+def _cached_prefix(fd: int, first: int, span: int) -> int:
+    """Bytes from `first` (page aligned) up to the first page not in the cache."""
+    if _libc is None:
+        raise _os_error("mincore", errno.ENOSYS)
+    pages = (span + _PAGE - 1) // _PAGE
+    length = pages * _PAGE
+    address = _libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, first)
+    if address == _MAP_FAILED:
+        raise _os_error("mmap", ctypes.get_errno())
     try:
-        return os.preadv(fd, [bytearray(1)], position, os.RWF_NOWAIT) == 1
-    except BlockingIOError:
-        return False  # not cached: an answer, not an error, so not renamed (it costs)
-    except OSError as exc:
-        raise _renamed("preadv2", exc) from None
+        vector = (ctypes.c_ubyte * pages)()
+        if _libc.mincore(address, length, vector) != 0:
+            raise _os_error("mincore", ctypes.get_errno())
+    finally:
+        _libc.munmap(address, length)
+    cached = 0
+    while cached < pages and vector[cached] & 1:
+        cached += 1
+    return cached * _PAGE
+
+
+def _load_libc() -> Any:
+    """libc's mmap, mincore and munmap through ctypes; None where they cannot be had."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int, ctypes.c_long]  # fmt: skip
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    except (OSError, AttributeError):
+        return None  # a libc without them: residency stays unknown
+    return libc
+
+
+_libc = _load_libc()
+_MAP_FAILED = ctypes.c_void_p(-1).value
 
 
 class _Step:

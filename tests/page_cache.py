@@ -38,9 +38,7 @@ _MAP_FAILED = ctypes.c_void_p(-1).value
 def cached_bytes(path: Path) -> int:
     """Bytes of the file in the page cache, counted by mincore(2) on a mapping.
 
-    Not the core's resident(): the pure-Python core probes with preadv2(RWF_NOWAIT),
-    and a probe that misses starts the kernel's readahead, so a second look would
-    find pages the first one brought in."""
+    Not the core's resident(): the tests' oracle must not share the code it checks."""
     size = path.stat().st_size
     if size == 0:
         return 0
