@@ -80,6 +80,7 @@ def __getattr__(name: str) -> Any:
             loop.sendfile() raises NotImplementedError)."""
 
         UVLoop.__module__ = __name__
+        UVLoop.__qualname__ = "UVLoop"
         globals()["UVLoop"] = UVLoop
         return UVLoop
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
