@@ -101,15 +101,13 @@ class BusyExecutor:
 async def busy_executor(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[BusyExecutor]:
     """A busy executor, and cold reads that must go to it.
 
-    With preadv2(RWF_NOWAIT) (the pure-Python core's residency probe, the buffered
-    path's cached reads) a probe that misses starts readahead, and on storage fast
-    enough (seen on CI's machines) the pages are in before the next probe: the send
-    never waits for the executor.  So, as on a filesystem that refuses RWF_NOWAIT
-    (FUSE), every cold range is a worker's read; the C core's cachestat/mincore
-    starts no readahead and is left alone.
+    With preadv2(RWF_NOWAIT) (the buffered path's cached reads) a read that misses
+    starts readahead, and on storage fast enough (seen on CI's machines) the pages
+    are in before the next read: the send never waits for the executor.  So, as on
+    a filesystem that refuses RWF_NOWAIT (FUSE), every cold range is a worker's
+    read; the cores' residency checks (cachestat, mincore) start no readahead.
     """
     monkeypatch.setattr(aiosendfile._sending.chunks, "_HAVE_RWF_NOWAIT", False)
-    monkeypatch.setattr(aiosendfile._core_py, "_HAVE_RWF_NOWAIT", False)
     executor = BusyExecutor()
     yield executor
     await executor.close()
