@@ -110,6 +110,24 @@ def call_or(file: Any, method: str, default: bool) -> bool:
         return False
 
 
+class FileArgument:
+    """The file a send() reads or a receive() writes, and whether the call owns it.
+
+    `file` is the synchronous binary file object (an aiofiles object unwrapped to
+    the file it wraps); `fd` its descriptor, None for in-memory files.
+    """
+
+    def __init__(self, file: Any, owned: bool) -> None:
+        self.file = file
+        self.owned = owned  # opened by the call from a path: the call closes it
+        self.fd: int | None = fileno_of(file)
+
+    def close(self) -> None:
+        """Closes a file the call opened (once nothing of the call uses it)."""
+        if self.owned:
+            self.file.close()
+
+
 Direction = Literal["read", "write"]
 # What open(path, "rb") / open(path, "wb") and friends return: binary by
 # construction, so only closed and readable (writable) need checking: the

@@ -15,14 +15,12 @@ from typing import Any
 
 from .. import _disk
 from .._files import (
+    FileArgument,
     call_or,
-    fileno_of,
 )
 
-# What open(path, "wb") and friends return: binary by construction.
 
-
-class Target:
+class Target(FileArgument):
     """What receive() needs to know about the file it writes to.
 
     `file` is the synchronous binary file object (an aiofiles object is
@@ -32,9 +30,7 @@ class Target:
     """
 
     def __init__(self, file: Any, owned: bool) -> None:
-        self.file = file
-        self.owned = owned  # opened by receive() from a path: receive() closes it
-        self.fd: int | None = fileno_of(file)
+        super().__init__(file, owned)
         self.regular = False
         self.append = False
         if self.fd is not None:
@@ -96,11 +92,6 @@ class Target:
             # seeking within it keeps it: seeking to the end drops it.
             self.file.seek(0, io.SEEK_END)
         self.file.seek(position)
-
-    def close(self) -> None:
-        """Closes a file receive() opened (every Write of it has finished by then)."""
-        if self.owned:
-            self.file.close()
 
 
 class _State(enum.Enum):

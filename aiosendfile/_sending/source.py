@@ -9,12 +9,12 @@ from typing import Any
 
 from .._files import (
     NOT_A_FD,
+    FileArgument,
     call_or,
-    fileno_of,
 )
 
 
-class Source:
+class Source(FileArgument):
     """What send() needs to know about the file it was given.
 
     `file` is the synchronous binary file object that reads and positions go
@@ -22,9 +22,7 @@ class Source:
     """
 
     def __init__(self, file: Any, owned: bool) -> None:
-        self.file = file
-        self.owned = owned  # opened by send() from a path: send() closes it
-        self.fd: int | None = fileno_of(file)
+        super().__init__(file, owned)
         self.seekable = bool(call_or(file, "seekable", False))
         if self.fd is not None and self.seekable and call_or(file, "writable", False):
             # Bytes written to the object but still in its buffer are what the fd must read.
@@ -75,11 +73,6 @@ class Source:
         if len(held) < size:
             self.may_hold = False  # read1() gave all it held
         return held
-
-    def close(self) -> None:
-        """Closes a file send() opened."""
-        if self.owned:
-            self.file.close()
 
 
 def _descriptor_reads(file: Any, owned: bool) -> tuple[bool, bool]:

@@ -1,4 +1,4 @@
-"""The targets aiosendfile is held to (issue 3), as data, and their verdicts on a run.
+"""The targets aiosendfile is held to, as data, and their verdicts on a run.
 
 Each compares a row with a reference row of the same table by same-run ratio
 (results.same_run_ratio), or holds a figure under an absolute bound.  "~"
