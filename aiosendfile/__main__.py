@@ -1,4 +1,4 @@
-"""python -m aiosendfile bench|lag [...]: the benchmark suite; anything else prints the usage."""
+"""python -m aiosendfile bench|lag|serve [...]; anything else prints the usage."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 from collections.abc import Sequence
 
 USAGE = """\
-usage: python -m aiosendfile bench|lag [options]
+usage: python -m aiosendfile bench|lag|serve [options]
 
 commands:
   bench    measure aiosendfile over 127.0.0.1 against asyncio's loop.sendfile, buffered
@@ -14,6 +14,8 @@ commands:
            (--workloads lag); receive() against read-and-write loops (--workloads upload)
            (python -m aiosendfile bench --help)
   lag      the same as: python -m aiosendfile bench --workloads lag [options]
+  serve    serve a directory over HTTP, bodies sent zero-copy: python -m http.server with
+           aiosendfile (needs aiohttp; python -m aiosendfile serve --help)
 """
 
 
@@ -24,6 +26,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         options = args[1:] if args[0] == "bench" else ["--workloads", "lag", *args[1:]]
         return bench(options, prog="python -m aiosendfile bench")
+    if args and args[0] == "serve":
+        from .serve import main as serve
+
+        return serve(args[1:])
     if args and args[0] in ("-h", "--help"):
         print(USAGE, end="")
         return 0

@@ -86,7 +86,14 @@ class Flow:
         if watcher is None:
             return
         watcher.detached = True
-        if self.transport.get_protocol() is watcher:
+        try:
+            current = self.transport.get_protocol()
+        except AttributeError:
+            # asyncio's TLS transport once closed has dropped its SSL protocol, and
+            # get_protocol() fails (aiohttp 3.14 closes it again in connection_lost):
+            # nothing is left to restore.
+            return
+        if current is watcher:
             self.transport.set_protocol(watcher.inner)
         # Otherwise a later wrapper (a receive's) sits on top: ours stays in the chain
         # as a plain pass-through rather than being pulled from under it.

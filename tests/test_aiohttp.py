@@ -1,0 +1,487 @@
+"""aiosendfile.aiohttp: aiohttp's FileResponse and add_static, bodies sent by send().
+
+Every test serves a real aiohttp app on 127.0.0.1, on the stock loop and on uvloop,
+and fetches from it with aiohttp's client, curl or a raw socket. One table of
+requests (tests/http_cases.py) runs against aiohttp's own classes and ours: same
+statuses and headers, bodies byte-exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import ssl
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trustme
+
+try:
+    import aiohttp
+    from aiohttp import web
+except ImportError:
+    if os.environ.get("CI"):
+        raise
+    pytest.skip("aiohttp is not installed: pip install -e '.[aiohttp]'", allow_module_level=True)
+
+import aiosendfile.aiohttp
+from aiosendfile.aiohttp import FileResponse, add_static
+
+from .http_cases import (
+    AIOHTTP,
+    FILE_CASES,
+    SECRET,
+    STATIC_CASES,
+    Case,
+    MiB,
+    Reply,
+    compared,
+    curl,
+    etag_of,
+    expected_body,
+    fetch,
+    make_tree,
+    raw_connect,
+    read_head,
+    request_bytes,
+    serving,
+)
+
+NEWEST = AIOHTTP >= (3, 14)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
+    """(the static root, its files' contents by name)."""
+    contents = make_tree(tmp_path)
+    return tmp_path / "static", contents
+
+
+def make_app(root: Path, ours: bool, **static: Any) -> web.Application:
+    """/files/{name}: a handler returning a FileResponse of root/name; /static: the root."""
+    response = FileResponse if ours else web.FileResponse
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return response(root / request.match_info["name"])
+
+    app = web.Application()
+    app.router.add_get("/files/{name:.+}", handler)
+    if ours:
+        add_static(app.router, "/static", root, **static)
+    else:
+        app.router.add_static("/static", root, **static)
+    return app
+
+
+def sends(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The paths send() took, from its DEBUG log: "quick", "zerocopy", "buffered"."""
+    return [
+        r.getMessage().split(": ")[1].split(" ")[0]
+        for r in caplog.records
+        if r.name == "aiosendfile" and r.getMessage().startswith("send ")
+    ]
+
+
+@pytest.fixture
+def debug_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    with caplog.at_level(logging.DEBUG, logger="aiosendfile"):
+        yield caplog
+
+
+def problems(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What aiohttp's loggers (or ours) said at WARNING level or above."""
+    return [
+        f"{r.name}: {r.getMessage()}"
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and r.name.startswith(("aiohttp", "aiosendfile"))
+    ]
+
+
+async def ask_both(
+    root: Path, case: Case, target: str, etag: str = "", **static: Any
+) -> tuple[Reply, Reply]:
+    """`case` asked of aiohttp's own app and of ours: (stock reply, our reply)."""
+    replies = []
+    for ours in (False, True):
+        async with (
+            serving(make_app(root, ours, **static)) as (url, _),
+            aiohttp.ClientSession(auto_decompress=False) as session,  # siblings as sent
+        ):
+            replies.append(await fetch(session, url + target, case, etag))
+    return replies[0], replies[1]
+
+
+def check_body(reply: Reply, case: Case, contents: dict[str, bytes], name: str) -> None:
+    """The body is the bytes the status and headers describe (the sibling's, if encoded)."""
+    if case.method == "HEAD" or reply.status not in (200, 206):
+        assert reply.body == b""
+        return
+    suffix = {"gzip": ".gz", "br": ".br"}.get(reply.headers.get("Content-Encoding", ""), "")
+    data = contents[name + suffix]
+    assert reply.body == expected_body(reply, data)
+    assert int(reply.headers["Content-Length"]) == len(reply.body)
+
+
+# --- one table, both implementations ---
+
+
+@pytest.mark.parametrize("case", FILE_CASES, ids=lambda case: case.id)
+async def test_file_response_matches_aiohttp(
+    case: Case, tree: tuple[Path, dict[str, bytes]], debug_log: pytest.LogCaptureFixture
+) -> None:
+    root, contents = tree
+    stock, ours = await ask_both(root, case, f"/files/{case.target}", etag_of(root / case.target))
+    assert ours.same_as(stock) == []
+    if NEWEST or len(case.status) > 1:
+        assert ours.status in case.status
+    check_body(ours, case, contents, case.target)
+    # Only ours calls send(): once per response with a body, zero-copy on a plain socket.
+    body_sent = case.method == "GET" and ours.status in (200, 206) and ours.body
+    assert sends(debug_log) == (["quick"] if len(ours.body) <= 128 * 1024 else ["zerocopy"]) * (
+        1 if body_sent else 0
+    )
+    assert problems(debug_log) == []
+
+
+@pytest.mark.parametrize("case", STATIC_CASES, ids=lambda case: case.id)
+async def test_add_static_matches_aiohttp(
+    case: Case, tree: tuple[Path, dict[str, bytes]], caplog: pytest.LogCaptureFixture
+) -> None:
+    root, contents = tree
+    stock, ours = await ask_both(root, case, case.target, etag_of(root / "small.txt"))
+    assert ours.same_as(stock) == []
+    assert ours.status in case.status
+    assert SECRET not in ours.body
+    if ours.status == 200:
+        name = case.target.removeprefix("/static/").replace("link_in", "small.txt")
+        check_body(ours, case, contents, name)
+
+
+async def test_add_static_keyword_arguments(tree: tuple[Path, dict[str, bytes]]) -> None:
+    """name, append_version, show_index, follow_symlinks, chunk_size and expect_handler
+    do what they do for router.add_static."""
+    root, contents = tree
+
+    async def expect(request: web.Request) -> None:
+        return None
+
+    kwargs: dict[str, Any] = dict(
+        name="assets", append_version=True, show_index=True, follow_symlinks=True,
+        chunk_size=4096, expect_handler=expect,
+    )  # fmt: skip
+    seen = []
+    for is_ours in (False, True):
+        app = make_app(root, is_ours, **kwargs)
+        resource = app.router["assets"]
+        assert isinstance(resource, web.StaticResource)
+        assert (resource._chunk_size, resource._expect_handler) == (4096, expect)
+        url_path = str(resource.url_for(filename="small.txt"))
+        assert "?v=" in url_path  # append_version
+        async with serving(app) as (url, _), aiohttp.ClientSession() as session:
+            replies = [
+                await fetch(session, url + target, Case(target, target))
+                for target in (url_path, "/static/sub/", "/static/link_out")
+            ]
+        seen.append((url_path, replies))
+    (stock_path, stock), (our_path, ours) = seen
+    assert our_path == stock_path
+    for mine, theirs in zip(ours, stock, strict=True):
+        assert mine.same_as(theirs) == []
+    assert ours[0].body == contents["small.txt"]
+    assert ours[1].status == 200 and b"inner.txt" in ours[1].body  # show_index
+    assert ours[2].body == SECRET  # follow_symlinks: a symlink may lead out
+
+
+async def test_compression_is_left_to_aiohttp(
+    tree: tuple[Path, dict[str, bytes]], debug_log: pytest.LogCaptureFixture
+) -> None:
+    """With aiohttp's compression on, aiohttp compresses and sends the body itself."""
+    root, contents = tree
+    replies = []
+    for response in (web.FileResponse, FileResponse):
+
+        async def handler(request: web.Request, response: Any = response) -> web.StreamResponse:
+            resp = response(root / "mid.bin")
+            resp.enable_compression()
+            return resp  # type: ignore[no-any-return]
+
+        app = web.Application()
+        app.router.add_get("/", handler)
+        async with serving(app) as (url, _), aiohttp.ClientSession() as session:
+            async with session.get(url, headers={"Accept-Encoding": "gzip"}) as resp:
+                replies.append((resp.status, compared(resp.headers), await resp.read()))
+    assert replies[1] == replies[0]
+    assert replies[1][1]["Content-Encoding"] == "gzip"
+    assert replies[1][2] == contents["mid.bin"]
+    assert sends(debug_log) == []
+
+
+# --- curl ---
+
+
+async def test_curl_downloads(
+    tree: tuple[Path, dict[str, bytes]], tmp_path: Path, debug_log: pytest.LogCaptureFixture
+) -> None:
+    """curl: a large file whole, a range, HEAD, a 404, and a second file on the same
+    connection (keep-alive: curl reports no new connect)."""
+    root, contents = tree
+    out = tmp_path / "out"
+    out.mkdir()
+    async with serving(make_app(root, ours=True)) as (url, _):
+        # --next: the range is for the second URL only; curl keeps its connections.
+        code, stdout, err = await curl(
+            "-w", "%{http_code} %{num_connects}\n",
+            "-o", str(out / "large"), f"{url}/static/large.bin", "--next",
+            "-w", "%{http_code} %{num_connects}\n",
+            "-o", str(out / "range"), "-r", "1000-1999", f"{url}/files/mid.bin",
+        )  # fmt: skip
+        assert code == 0, err
+        assert stdout.split() == [b"200", b"1", b"206", b"0"]
+        assert (out / "large").read_bytes() == contents["large.bin"]
+        assert (out / "range").read_bytes() == contents["mid.bin"][1000:2000]
+        code, stdout, err = await curl("--head", f"{url}/files/mid.bin")
+        assert code == 0, err
+        assert b"HTTP/1.1 200 OK" in stdout and f"Content-Length: {MiB + 1}".encode() in stdout
+        code, stdout, err = await curl("-w", "%{http_code}", "-o", "/dev/null", f"{url}/static/x")
+        assert (code, stdout) == (0, b"404")
+        code, stdout, err = await curl(
+            "--path-as-is", "-w", "%{http_code}", "-o", str(out / "up"),
+            f"{url}/static/../outside/secret.txt",
+        )  # fmt: skip
+        assert (code, stdout) == (0, b"404")
+    assert sends(debug_log) == ["zerocopy", "quick"]
+
+
+# --- TLS ---
+
+
+async def test_tls_takes_the_buffered_path(
+    tree: tuple[Path, dict[str, bytes]],
+    tmp_path: Path,
+    tls_ca: trustme.CA,
+    tls_contexts: tuple[ssl.SSLContext, ssl.SSLContext],
+    debug_log: pytest.LogCaptureFixture,
+) -> None:
+    """Over TLS the body goes by send()'s buffered path, byte-exact, for aiohttp's
+    client and for curl; headers as aiohttp's own."""
+    root, contents = tree
+    server_ctx, client_ctx = tls_contexts
+    ca = tmp_path / "ca.pem"
+    tls_ca.cert_pem.write_to_path(str(ca))
+    cases = [Case("full", "large.bin"), Case("range", "mid.bin", {"Range": "bytes=10-"})]
+    replies: list[list[Reply]] = []
+    for ours in (False, True):
+        async with (
+            serving(make_app(root, ours), server_ctx) as (url, _),
+            aiohttp.ClientSession() as session,
+        ):
+            replies.append(
+                [await fetch(session, f"{url}/files/{c.target}", c, ssl=client_ctx) for c in cases]
+            )
+            if ours:
+                code, body, err = await curl("--cacert", str(ca), f"{url}/files/large.bin")
+                assert code == 0, err
+                assert body == contents["large.bin"]
+    for case, stock, mine in zip(cases, *replies, strict=True):
+        assert mine.same_as(stock) == []
+        check_body(mine, case, contents, case.target)
+    assert sends(debug_log) == ["buffered"] * 3
+
+
+# --- the header with the first bytes, keep-alive, pipelining ---
+
+
+async def test_header_rides_with_the_first_bytes(
+    tree: tuple[Path, dict[str, bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiohttp's serialized header is send()'s `headers=`: the client's first read
+    holds the header and file bytes together (sendto MSG_MORE, then sendfile)."""
+    root, contents = tree
+    given: list[bytes] = []
+    real_send = aiosendfile.send  # what aiosendfile.aiohttp calls
+
+    async def spy(*args: Any, headers: bytes, **kwargs: Any) -> int:
+        given.append(headers)
+        return await real_send(*args, headers=headers, **kwargs)
+
+    monkeypatch.setattr(aiosendfile.aiohttp, "send", spy)
+    loop = asyncio.get_running_loop()
+    async with serving(make_app(root, ours=True)) as (url, _):
+
+        def client() -> bytes:
+            with raw_connect(url) as sock:
+                sock.sendall(request_bytes("/files/mid.bin"))
+                return sock.recv(1 << 20)
+
+        first = await loop.run_in_executor(None, client)
+    assert len(given) == 1
+    assert given[0].startswith(b"HTTP/1.1 200 OK\r\n") and given[0].endswith(b"\r\n\r\n")
+    assert first.startswith(given[0])
+    assert len(first) > len(given[0])
+    assert contents["mid.bin"].startswith(first[len(given[0]) :])
+
+
+async def test_keep_alive_after_a_download(tree: tuple[Path, dict[str, bytes]]) -> None:
+    """The connection that served a download serves the next request (aiohttp's client),
+    and pipelined requests on a raw socket come back whole and in order."""
+    root, contents = tree
+    peers: list[Any] = []
+
+    async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
+        assert request.transport is not None
+        peers.append(request.transport.get_extra_info("peername"))
+
+    app = make_app(root, ours=True)
+    app.on_response_prepare.append(on_prepare)
+    loop = asyncio.get_running_loop()
+    async with serving(app) as (url, _):
+        connector = aiohttp.TCPConnector(limit=1)
+        identity = {"Accept-Encoding": "identity"}  # small.txt's siblings are not gzip
+        async with aiohttp.ClientSession(connector=connector, headers=identity) as session:
+            for name in ("large.bin", "small.txt", "mid.bin"):
+                async with session.get(f"{url}/files/{name}") as resp:
+                    assert resp.status == 200
+                    assert await resp.read() == contents[name]
+        assert len(peers) == 3 and len(set(peers)) == 1
+
+        def pipelined() -> bytes:
+            with raw_connect(url) as sock:
+                sock.sendall(
+                    request_bytes("/files/mid.bin")
+                    + request_bytes("/static/small.txt", "Range: bytes=3-5\r\n")
+                    + request_bytes("/files/small.txt", "Connection: close\r\n")
+                )
+                chunks = []
+                while chunk := sock.recv(1 << 20):
+                    chunks.append(chunk)
+                return b"".join(chunks)
+
+        stream = await loop.run_in_executor(None, pipelined)
+    bodies = []
+    for _ in range(3):
+        head, _, stream = stream.partition(b"\r\n\r\n")
+        length = int(next(h for h in head.split(b"\r\n") if h.startswith(b"Content-Length:"))[15:])
+        bodies.append(stream[:length])
+        stream = stream[length:]
+    assert stream == b""
+    assert bodies == [contents["mid.bin"], contents["small.txt"][3:6], contents["small.txt"]]
+
+
+# --- where aiohttp misbehaves ---
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
+async def test_client_gone_mid_download(
+    tree: tuple[Path, dict[str, bytes]],
+    tls_contexts: tuple[ssl.SSLContext, ssl.SSLContext],
+    caplog: pytest.LogCaptureFixture,
+    tls: bool,
+) -> None:
+    """A client that resets mid-download ends its response quietly (aiohttp's own
+    premature-disconnection path: nothing logged, no loop error) while another
+    download, under way on the same server, completes byte-exact; the server is left
+    with no connection, and nothing leaks (the autouse fixture counts descriptors)."""
+    root, contents = tree
+    with (root / "sparse.bin").open("wb") as f:
+        f.truncate(64 * MiB)  # far more than the socket buffers hold
+    server_ctx, client_ctx = tls_contexts
+    loop = asyncio.get_running_loop()
+    async with serving(make_app(root, ours=True), server_ctx if tls else None) as (url, runner):
+
+        def connect() -> socket.socket:
+            sock = raw_connect(url.replace("https", "http"), 64 * 1024)
+            return client_ctx.wrap_socket(sock, server_hostname="localhost") if tls else sock
+
+        sock = await loop.run_in_executor(None, connect)
+        try:
+            await loop.run_in_executor(None, sock.sendall, request_bytes("/files/sparse.bin"))
+            head, _ = await loop.run_in_executor(None, read_head, sock)
+            assert head.startswith(b"HTTP/1.1 200 OK")
+            identity = {"Accept-Encoding": "identity"}
+            async with (
+                aiohttp.ClientSession(headers=identity) as session,
+                session.get(f"{url}/static/large.bin", ssl=client_ctx if tls else True) as resp,
+            ):
+                first = await resp.content.readexactly(64 * 1024)  # under way
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.close()  # RST (no close_notify), with the server's send waiting
+                assert first + await resp.read() == contents["large.bin"]
+        finally:
+            sock.close()
+        server = runner.server
+        assert server is not None
+        for _ in range(100):
+            if not server.connections:
+                break
+            await asyncio.sleep(0.02)
+        assert server.connections == []
+    assert problems(caplog) == []
+
+
+@pytest.mark.parametrize("where", ["mid-send", "before-send"])
+async def test_file_shrinking_closes_the_connection(
+    tree: tuple[Path, dict[str, bytes]],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+) -> None:
+    """A file cut short while it is sent (or between aiohttp's stat and the send):
+    the client is not left waiting for bytes that never come, the connection closes
+    within a second (aiohttp's own FileResponse keeps it open, waiting)."""
+    root, _ = tree
+    path = root / "shrinking.bin"
+    with path.open("wb") as f:
+        f.truncate(32 * MiB)
+    loop = asyncio.get_running_loop()
+    if where == "before-send":
+        real_sendfile = FileResponse._sendfile
+
+        async def cut_first(self: FileResponse, *args: Any) -> Any:
+            os.truncate(path, MiB)
+            return await real_sendfile(self, *args)
+
+        monkeypatch.setattr(FileResponse, "_sendfile", cut_first)
+    async with serving(make_app(root, ours=True)) as (url, _):
+        sock = await loop.run_in_executor(None, raw_connect, url, 64 * 1024)
+        with sock:
+            await loop.run_in_executor(None, sock.sendall, request_bytes("/files/shrinking.bin"))
+            head, body = await loop.run_in_executor(None, read_head, sock)
+            assert b"Content-Length: %d" % (32 * MiB) in head
+            if where == "mid-send":
+                await asyncio.sleep(0.05)  # send() waits on the full socket
+                os.truncate(path, 2 * MiB)
+
+            def rest() -> tuple[int, float]:
+                started = time.monotonic()
+                got = len(body)
+                while chunk := sock.recv(1 << 20):
+                    got += len(chunk)
+                return got, time.monotonic() - started
+
+            received, took = await loop.run_in_executor(None, rest)
+    assert received < 32 * MiB
+    assert took < 1.0
+    assert any("shrank while it was sent" in p for p in problems(caplog)), problems(caplog)
+
+
+# --- the package ---
+
+
+def test_import_aiosendfile_leaves_aiohttp_alone() -> None:
+    code = "import sys, aiosendfile, aiosendfile.loops; assert 'aiohttp' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_only_the_sendfile_hook_is_replaced() -> None:
+    """The smallest override: statuses and headers stay aiohttp's own code."""
+    ours = {k for k, v in vars(FileResponse).items() if callable(v)}
+    assert ours == {"_sendfile", "_prepare_holding_header"}
+    assert callable(getattr(web.FileResponse, "_sendfile", None))

@@ -1,0 +1,204 @@
+"""python -m aiosendfile serve: a real server process, fetched with curl, on both loops.
+
+Each test starts `python -m aiosendfile serve DIR --port 0` (a free port, printed on
+its first line), talks to it with curl, stops it with Ctrl-C (SIGINT) or SIGTERM and
+reads its access log.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import trustme
+
+from .conftest import pattern
+from .subprocesses import env_importing_this_package
+
+START_TIMEOUT = 20  # seconds for the server to print its address
+STOP_TIMEOUT = 10  # seconds for it to exit once told to
+CURL_TIMEOUT = 20
+MiB = 1024 * 1024
+
+if shutil.which("curl") is None:  # .ci/run installs it
+    if os.environ.get("CI"):
+        pytest.fail("curl is not installed", pytrace=False)
+    pytest.skip("curl is not installed", allow_module_level=True)
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[str]
+    url: str
+
+    def stop(self, how: signal.Signals = signal.SIGINT) -> tuple[int, str]:
+        """Tells the server to stop; returns its exit code and everything it logged."""
+        self.process.send_signal(how)
+        _, log = self.process.communicate(timeout=STOP_TIMEOUT)
+        return self.process.returncode, log
+
+
+def start_server(directory: Path, *options: str) -> Server:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "aiosendfile", "serve", str(directory), "--port", "0", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env_importing_this_package(),
+    )
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT)
+    line = process.stdout.readline() if ready else ""
+    if not line.startswith("Serving "):
+        process.kill()
+        _, err = process.communicate(timeout=STOP_TIMEOUT)
+        raise AssertionError(f"the server did not start: {line!r} {err}")
+    return Server(process, line.split(" on ", 1)[1].split()[0])
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    (root / "sub").mkdir(parents=True)
+    (root / "big.bin").write_bytes(pattern(4 * MiB + 1, seed=3))
+    (root / "empty.bin").write_bytes(b"")
+    (root / "sub" / "small.txt").write_bytes(b"small\n")
+    (tmp_path / "secret.txt").write_bytes(b"SECRET\n")
+    (root / "escape.txt").symlink_to(tmp_path / "secret.txt")
+    return root
+
+
+@pytest.fixture
+def server_factory() -> Iterator[list[Server]]:
+    """Servers a test started: killed at the end if the test did not stop them."""
+    started: list[Server] = []
+    yield started
+    for server in started:
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.communicate(timeout=STOP_TIMEOUT)
+
+
+def curl(*args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        ["curl", "--silent", "--show-error", "--max-time", str(CURL_TIMEOUT), *args],
+        capture_output=True,
+        timeout=CURL_TIMEOUT + 5,
+    )
+
+
+def status_of(url: str, *args: str) -> int:
+    out = curl("--output", os.devnull, "--write-out", "%{http_code}", *args, url)
+    return int(out.stdout)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_serve_files_ranges_listing_and_log(
+    served: Path, server_factory: list[Server], loop: str
+) -> None:
+    server = start_server(served, "--loop", loop)
+    server_factory.append(server)
+    url = server.url
+    big = (served / "big.bin").read_bytes()
+
+    assert curl(f"{url}big.bin").stdout == big
+    assert curl("--range", "100-199", f"{url}big.bin").stdout == big[100:200]
+    assert curl("--range", "-10", f"{url}big.bin").stdout == big[-10:]
+    assert curl(f"{url}empty.bin").stdout == b""
+    assert curl(f"{url}sub/small.txt").stdout == b"small\n"
+    listing = curl(url).stdout.decode()
+    assert "big.bin" in listing and "sub/" in listing
+
+    # Two downloads on one connection: keep-alive works after a send.
+    out = curl("--output", os.devnull, "--output", os.devnull, "--write-out",
+               "%{num_connects} ", f"{url}big.bin", f"{url}sub/small.txt")  # fmt: skip
+    assert out.stdout.split() == [b"1", b"0"]
+
+    assert status_of(f"{url}missing") == 404
+    assert status_of(f"{url}big.bin", "--range", f"{len(big) + 10}-") == 416
+    for attempt in ("../secret.txt", "%2e%2e/secret.txt", "sub/..%2f..%2fsecret.txt"):
+        out = curl("--path-as-is", "--write-out", "%{http_code}", f"{url}{attempt}")
+        assert b"SECRET" not in out.stdout and out.stdout[-3:] in (b"403", b"404"), attempt
+    assert status_of(f"{url}escape.txt") in (403, 404)  # a symlink out of the root
+
+    code, log = server.stop(signal.SIGINT)
+    assert code == 0, log
+    assert "Traceback" not in log, log
+    lines = [line for line in log.splitlines() if '"GET /big.bin ' in line]
+    full = next(line for line in lines if " 200 " in line)
+    # status, bytes (headers included, as aiohttp's %b), the path the body took
+    assert int(full.split(" 200 ")[1].split()[0]) > len(big)
+    assert full.split(" 200 ")[1].split()[1] in ("zerocopy", "quick"), full
+
+
+def test_serve_tls_and_sigterm(
+    served: Path, server_factory: list[Server], tmp_path: Path, tls_ca: trustme.CA
+) -> None:
+    cert = tls_ca.issue_cert("127.0.0.1")
+    chain, key, ca = tmp_path / "chain.pem", tmp_path / "key.pem", tmp_path / "ca.pem"
+    cert.private_key_pem.write_to_path(str(key))
+    with chain.open("wb") as f:
+        for blob in cert.cert_chain_pems:
+            f.write(blob.bytes())
+    tls_ca.cert_pem.write_to_path(str(ca))
+    server = start_server(served, "--tls-cert", str(chain), "--tls-key", str(key))
+    server_factory.append(server)
+    assert server.url.startswith("https://")
+
+    assert curl("--cacert", str(ca), f"{server.url}big.bin").stdout == (
+        served / "big.bin"
+    ).read_bytes()
+    code, log = server.stop(signal.SIGTERM)
+    assert code == 0, log
+    line = next(line for line in log.splitlines() if '"GET /big.bin ' in line)
+    assert " 200 " in line and " buffered " in line, line
+
+
+def test_serve_client_gone_midway_others_go_on(served: Path, server_factory: list[Server]) -> None:
+    (served / "huge.bin").write_bytes(pattern(64 * MiB, seed=4))
+    server = start_server(served, "--loop", "asyncio")
+    server_factory.append(server)
+    # A client that reads 1 MiB and hangs up while the body is still on its way...
+    quitter = subprocess.Popen(
+        f"curl --silent {server.url}huge.bin | head -c {MiB} > {os.devnull}",
+        shell=True,  # a fixed pipeline of our own
+    )
+    time.sleep(0.2)
+    # ...and one that goes on meanwhile.
+    assert curl(f"{server.url}big.bin").stdout == (served / "big.bin").read_bytes()
+    quitter.wait(timeout=CURL_TIMEOUT)
+    assert curl(f"{server.url}sub/small.txt").stdout == b"small\n"
+    code, log = server.stop()
+    assert code == 0 and "Traceback" not in log and "Error" not in log, log
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--tls-cert", "c.pem"], "--tls-cert and --tls-key go together"),
+        (["--port", "x"], "invalid int value"),
+    ],
+)
+def test_serve_bad_arguments(served: Path, options: list[str], message: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "aiosendfile", "serve", str(served), *options],
+        capture_output=True, text=True, timeout=START_TIMEOUT, env=env_importing_this_package(),
+    )  # fmt: skip
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
+def test_serve_not_a_directory(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "aiosendfile", "serve", str(tmp_path / "nope")],
+        capture_output=True, text=True, timeout=START_TIMEOUT, env=env_importing_this_package(),
+    )  # fmt: skip
+    assert out.returncode == 2 and "not a directory" in out.stderr, out.stderr
