@@ -54,7 +54,7 @@ def is_socket_object(obj: object) -> bool:
 # On both loops TLS is a transport class of its own over a plain one, so for their
 # classes the ssl_object verdict is kept per class (asking uvloop costs as much as
 # the rest of a small send's checks); any other class is asked every time.
-_LOOP_MODULES = ("asyncio.", "uvloop.")
+LOOP_MODULES = ("asyncio.", "uvloop.")
 _tls_by_class: dict[type, bool] = {}
 
 
@@ -65,7 +65,7 @@ def is_tls(transport: Any) -> bool:
     verdict = _tls_by_class.get(cls)
     if verdict is None:
         verdict = transport.get_extra_info("ssl_object") is not None
-        if cls.__module__.startswith(_LOOP_MODULES):
+        if cls.__module__.startswith(LOOP_MODULES):
             _tls_by_class[cls] = verdict
     return verdict
 

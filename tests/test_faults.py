@@ -101,6 +101,66 @@ async def test_send_cancel_peer_not_reading(
     assert await conn.received_after_close() == b"H" + data[100:position]
 
 
+def _guard_reaches(conn: Connection, writer_kind: str) -> None:
+    if writer_kind == "transport" and not hasattr(conn.transport, "__dict__"):
+        # README, "Concurrency": a write straight to a uvloop transport cannot be stopped.
+        pytest.skip("uvloop's transports are C types whose write() cannot be shadowed")
+
+
+async def test_send_write_during_send_raises(
+    connect: Callable[..., Any],
+    make_file: Callable[..., Path],
+    transport_kind: str,
+    writer_kind: str,
+) -> None:
+    """A write made while a send runs, or while a second one waits its turn, raises
+    asyncio's own RuntimeError and never lands among the files' bytes (it did, at byte
+    4,160,512 of 8 MiB, on both loops); writes after the sends go after them."""
+    path, second = make_file(8 * MiB), make_file(MiB + 1, seed=2)
+    data = path.read_bytes()
+    conn: Connection = await connect(transport_kind, writer_kind, reading=False, sndbuf=64 * 1024)
+    _guard_reaches(conn, writer_kind)
+    with path.open("rb") as f:
+        sending = asyncio.ensure_future(aiosendfile.send(conn.writer, f, headers=b"HEAD"))
+        queued = asyncio.ensure_future(aiosendfile.send(conn.writer, second))
+        await asyncio.sleep(0.05)
+        assert not sending.done(), "the peer was meant to stall the send"
+        with pytest.raises(RuntimeError, match="unable to write; sendfile is in progress"):
+            conn.writer.write(b"MARKER")
+        with pytest.raises(RuntimeError, match="unable to write; sendfile is in progress"):
+            conn.writer.writelines([b"MARKER"])
+        conn.peer.resume()
+        assert await sending == len(data)
+        with pytest.raises(RuntimeError, match="unable to write; sendfile is in progress"):
+            conn.writer.write(b"MARKER")  # the second send has not finished
+        assert await queued == MiB + 1
+    conn.writer.write(b"AFTER")
+    received = await conn.received_after_close()
+    assert received == b"HEAD" + data + second.read_bytes() + b"AFTER"
+
+
+async def test_send_write_allowed_again_after_cancel(
+    connect: Callable[..., Any],
+    make_file: Callable[..., Path],
+    transport_kind: str,
+    writer_kind: str,
+) -> None:
+    """The guard goes with the send, whichever way it ends."""
+    path = make_file(8 * MiB)
+    data = path.read_bytes()
+    conn: Connection = await connect(transport_kind, writer_kind, reading=False, sndbuf=64 * 1024)
+    _guard_reaches(conn, writer_kind)
+    with path.open("rb") as f:
+        sending = asyncio.ensure_future(aiosendfile.send(conn.writer, f))
+        await asyncio.sleep(0.05)
+        sending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await sending
+        position = f.tell()
+    conn.writer.write(b"AFTER")
+    assert await conn.received_after_close() == data[:position] + b"AFTER"
+
+
 async def test_send_cancel_while_waiting_for_drain(
     connect: Callable[..., Any],
     make_file: Callable[..., Path],

@@ -14,6 +14,7 @@ from .._serial import claim_turn, end_turn, take_turn
 from .._transports import PathChoice, zero_copy_refusal
 from .buffered import send_buffered
 from .flow import Flow
+from .guard import hold_writes, release_writes
 from .quick import QUICK, quick_route_open, send_quick
 from .source import Source
 from .transfer import Transfer
@@ -81,22 +82,26 @@ async def _send(
         choice = _choose(flow, source)
         if choice.path == "buffered" and not fallback:
             raise SendfileNotAvailableError(f"zero-copy is not possible: {choice.reason}")
-        if not claim_turn(transport):  # the uncontended case costs no await
-            await take_turn(transport)
+        hold_writes(transport, flow.stream_writer)
         try:
-            if transport.is_closing():
-                raise transport_closing()
-            transfer = Transfer(flow, source, offset, count, header, trailer, progress)
-            log.debug("send %s: %s (%s)", transfer.total, choice.path, choice.reason)
+            if not claim_turn(transport):  # the uncontended case costs no await
+                await take_turn(transport)
             try:
-                await _run(transfer, choice, fallback)
-            except ConnectionError:
-                transport.abort()  # README, "Peer gone": a broken stream is closed, not reused
-                raise
+                if transport.is_closing():
+                    raise transport_closing()
+                transfer = Transfer(flow, source, offset, count, header, trailer, progress)
+                log.debug("send %s: %s (%s)", transfer.total, choice.path, choice.reason)
+                try:
+                    await _run(transfer, choice, fallback)
+                except ConnectionError:
+                    transport.abort()  # README, "Peer gone": a broken stream is closed
+                    raise
+                finally:
+                    source.set_position(transfer.position)
             finally:
-                source.set_position(transfer.position)
+                end_turn(transport)
         finally:
-            end_turn(transport)
+            release_writes(transport)
         transfer.report_end()
         return transfer.sent
     finally:

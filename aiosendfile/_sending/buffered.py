@@ -29,13 +29,13 @@ def get_chunk_size() -> int:
 
 
 async def send_buffered(transfer: Transfer) -> None:
-    transport, flow = transfer.transport, transfer.flow
+    flow = transfer.flow
     flow.check_open()
     flow.watch()  # a close or a reset ends the send at the next wait
     reader = None
     try:
         if transfer.header:
-            transport.write(bytes(transfer.header))
+            flow.write(bytes(transfer.header))
             transfer.header = transfer.header[len(transfer.header) :]
         reader = ChunkReader(transfer.source, transfer.position, transfer.wanted(), _chunk_size)
         while True:
@@ -47,11 +47,11 @@ async def send_buffered(transfer: Transfer) -> None:
             if not chunk:
                 break
             flow.check_open()
-            transport.write(chunk)
+            flow.write(chunk)
             transfer.advance(len(chunk))
             await flow.below_high_water()
         if transfer.trailer:
-            transport.write(bytes(transfer.trailer))
+            flow.write(bytes(transfer.trailer))
             transfer.trailer = transfer.trailer[len(transfer.trailer) :]
     finally:
         if reader is not None:

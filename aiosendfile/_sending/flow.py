@@ -62,6 +62,14 @@ class Flow:
         self.sock: Any = transport.get_extra_info("socket")  # None for some transports
         self._watcher: _PassThrough | None = None
 
+    @property
+    def stream_writer(self) -> asyncio.StreamWriter | None:
+        return self._writer
+
+    def write(self, data: bytes | bytearray) -> None:
+        """The send's own write: the class's method, past a WriteGuard's shadow."""
+        type(self.transport).write(self.transport, data)
+
     @classmethod
     def of(cls, writer: Any) -> Flow:
         """The Flow of a StreamWriter or a stream transport; TypeError or

@@ -121,7 +121,7 @@ class SendfileEngine:
         transfer = self.transfer
         rest = bytes(transfer.header) + bytes(transfer.trailer)
         if rest:
-            transfer.transport.write(rest)
+            transfer.flow.write(rest)
             transfer.header = transfer.trailer = memoryview(b"")
 
     @property
