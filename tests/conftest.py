@@ -437,6 +437,12 @@ def transport_kind(request: pytest.FixtureRequest) -> str:
     return kind
 
 
+@pytest.fixture(params=["unix", "tcp"])
+def plain_transport(request: pytest.FixtureRequest) -> str:
+    kind: str = request.param
+    return kind
+
+
 @pytest.fixture(params=WRITERS)
 def writer_kind(request: pytest.FixtureRequest) -> str:
     kind: str = request.param

@@ -139,6 +139,33 @@ async def test_send_write_during_send_raises(
     assert received == b"HEAD" + data + second.read_bytes() + b"AFTER"
 
 
+async def test_send_write_around_the_guard_cuts_the_stream(
+    connect: Callable[..., Any],
+    make_file: Callable[..., Path],
+    plain_transport: str,
+) -> None:
+    """A write straight to a uvloop transport (which the guard cannot shadow), queued
+    while the zero-copy send waits for a full socket, fails the send loudly and cuts
+    the stream: the peer gets a prefix of the response, then (uvloop flushes its own
+    buffer before the send's next step sees it) at most the foreign bytes, then EOF."""
+    path = make_file(8 * MiB)
+    data = path.read_bytes()
+    conn: Connection = await connect(plain_transport, "transport", reading=False, sndbuf=64 * 1024)
+    if hasattr(conn.transport, "__dict__"):
+        pytest.skip("the guard shadows this transport's write(): the write itself raises")
+    with path.open("rb") as f:
+        sending = asyncio.ensure_future(aiosendfile.send(conn.writer, f, headers=b"HEAD"))
+        await asyncio.sleep(0.05)
+        assert not sending.done(), "the peer was meant to stall the send"
+        conn.transport.write(b"MARKER")  # the socket is full: the transport queues it
+        conn.peer.resume()
+        with pytest.raises(RuntimeError, match="written to the transport during the send"):
+            await sending
+    assert conn.transport.is_closing()
+    received = (await conn.peer.read_to_eof()).removesuffix(b"MARKER")
+    assert (b"HEAD" + data).startswith(received) and len(received) < len(data)
+
+
 async def test_send_write_allowed_again_after_cancel(
     connect: Callable[..., Any],
     make_file: Callable[..., Path],

@@ -34,12 +34,6 @@ QUICK_MAX = _quick.QUICK_MAX_BYTES
 QUICK_REASON = _quick.QUICK.reason
 
 
-@pytest.fixture(params=["unix", "tcp"])
-def plain_transport(request: pytest.FixtureRequest) -> str:
-    kind: str = request.param
-    return kind
-
-
 # --- the core call, on plain sockets ---
 
 

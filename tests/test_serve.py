@@ -154,9 +154,10 @@ def test_serve_tls_and_sigterm(
     server_factory.append(server)
     assert server.url.startswith("https://")
 
-    assert curl("--cacert", str(ca), f"{server.url}big.bin").stdout == (
-        served / "big.bin"
-    ).read_bytes()
+    assert (
+        curl("--cacert", str(ca), f"{server.url}big.bin").stdout
+        == (served / "big.bin").read_bytes()
+    )
     code, log = server.stop(signal.SIGTERM)
     assert code == 0, log
     line = next(line for line in log.splitlines() if '"GET /big.bin ' in line)

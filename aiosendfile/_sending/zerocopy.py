@@ -31,6 +31,7 @@ from .._errors import Action, cannot_tell, classify, transport_closing
 from .._files import MAX_FILE_POSITION
 from .._readiness import run_on_events
 from .._settings import ENGINE
+from .guard import IN_PROGRESS
 from .transfer import Transfer
 
 READ_AHEAD = 4 * 1024 * 1024  # residency window, and the size of one disk read
@@ -41,6 +42,10 @@ _sends_per_loop: dict[asyncio.AbstractEventLoop, int] = {}
 
 class ZeroCopyRefused(Exception):
     """The kernel refused sendfile(2) for this file before any file byte went."""
+
+
+class ForeignWrite(RuntimeError):
+    """Somebody wrote to the transport around the send, mid-way (see refuse_foreign_write)."""
 
 
 def start_zerocopy(transfer: Transfer, sock_fd: int) -> SendfileEngine:
@@ -82,6 +87,7 @@ class SendfileEngine:
         self.cache_unknown = False  # the residency check failed once: read everything in
         self.disk_read: asyncio.Future[int] | None = None
         self._disk_read_start = 0
+        self.started = False  # a byte of ours went: bytes queued after this are not ours
 
     async def finish(self) -> None:
         """Sends the rest, waiting on the loop for the socket, the disk, or bytes the
@@ -100,13 +106,19 @@ class SendfileEngine:
                 if self.waiting_for_disk:
                     await self.wait_for_disk()
                 if transfer.transport.get_write_buffer_size():
-                    await flow.until_empty()
+                    self.refuse_foreign_write()
+                    await flow.until_empty()  # what was queued before the send goes first
                 try:
                     self.step()
                 except BlockingIOError:
                     pass
                 if not self.finished and not self.waiting_for_disk:
                     await self.run_on_loop()
+        except ForeignWrite:
+            # Aborted here, not in the step: a closing transport would end the wait
+            # with "Transport is closing" and hide why.
+            transfer.transport.abort()
+            raise
         finally:
             left = _sends_per_loop.pop(self.loop) - 1
             if left:
@@ -155,6 +167,7 @@ class SendfileEngine:
         if written == 0:
             self.finished = True  # end of file: the file is shorter than it was
             return
+        self.started = True
         from_header = min(written, len(t.header))
         t.header = t.header[from_header:]
         from_file = min(written - from_header, nbytes)
@@ -233,12 +246,23 @@ class SendfileEngine:
         if transport.is_closing():
             raise transport_closing()
         if transport.get_write_buffer_size():
-            return True  # somebody wrote meanwhile: let it go first
+            self.refuse_foreign_write()
+            return True  # queued before the send began: it goes first
         try:
             self.step()
         except BlockingIOError:
             return False  # spurious wake-up: the socket filled again
         return self.finished or self.waiting_for_disk  # a disk wait is not a socket wait
+
+    def refuse_foreign_write(self) -> None:
+        """Bytes the transport queued after ours began were written around the send
+        (straight to a uvloop transport, which the write guard cannot shadow): sent,
+        they would land among the file's bytes.  `finish()` cuts the stream instead."""
+        if self.started:
+            raise ForeignWrite(
+                f"{IN_PROGRESS}: bytes were written to the transport during the send; "
+                f"the transport was aborted"
+            )
 
     def close(self) -> None:
         """Drops a disk read that has not started (a running one ends on its own fd),
