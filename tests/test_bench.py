@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from aiosendfile.bench import receiver
 from aiosendfile.bench.cli import WORKLOAD_NAMES
 from aiosendfile.bench.senders import REGISTRY
 
@@ -27,6 +28,13 @@ SMALLEST = [
     "--lag-clients", "2", "--lag-size", "1M", "--upload-size", "4M", "--no-progress",
 ]  # fmt: skip
 HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+HAVE_AIOHTTP = importlib.util.find_spec("aiohttp") is not None
+HTTP_ROWS = ("aiohttp", "aiohttp-dropin", "aiohttp-ourloop")
+# The bench as if aiohttp were not installed: find_spec() answers None for a None module.
+WITHOUT_AIOHTTP = (
+    "import sys; sys.modules['aiohttp'] = None; from aiosendfile.bench.cli import main; "
+    "sys.exit(main(sys.argv[1:], prog='python -m aiosendfile bench'))"
+)
 
 
 @dataclass
@@ -38,9 +46,14 @@ class BenchRun:
     plot: Path | None
 
 
-def run_bench(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_bench(
+    *args: str, timeout: float = 60, without_aiohttp: bool = False
+) -> subprocess.CompletedProcess[str]:
+    command = (
+        ["-c", WITHOUT_AIOHTTP, *args[1:]] if without_aiohttp else ["-m", "aiosendfile", *args]
+    )
     return subprocess.run(
-        [sys.executable, "-m", "aiosendfile", *args],
+        [sys.executable, *command],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -79,8 +92,9 @@ def test_bench_json_figures_are_well_formed(bench: BenchRun) -> None:
     assert {"date", "cpus", "python", "uvloop", "aiosendfile"} <= set(data["machine"])
     for section in data["sections"]:
         kind = section["workload"]["kind"]
+        http = section["workload"]["http"]
         limit, asyncio_ref = section["references"] or (None, None)
-        assert (limit is None) == (kind in ("files", "upload"))
+        assert (limit is None) == (kind in ("files", "upload") or http)
         assert section["unit"] in ("MB/s", "responses/s")
         assert section["receiver_ceiling"] > 0
         for row in section["rows"]:
@@ -105,6 +119,13 @@ def test_bench_json_figures_are_well_formed(bench: BenchRun) -> None:
                 assert len(taken) == 1 and set(taken) <= expected, taken
             if kind == "upload":
                 assert row["baseline"] in ("read-write-asyncio", "read-write-uvloop")
+                assert row["vs_baseline"] > 0 and row["cpu_vs_baseline"] > 0
+                if row["row"] == row["baseline"]:
+                    assert row["vs_baseline"] == row["cpu_vs_baseline"] == 1.0
+            elif http:  # aiohttp's own FileResponse on the same loop and transport
+                tls = "tls-" if section["transport"] == "tls" else ""
+                loop = row["row"].rsplit("-", 1)[1]
+                assert row["baseline"] == f"{tls}aiohttp-{loop}"
                 assert row["vs_baseline"] > 0 and row["cpu_vs_baseline"] > 0
                 if row["row"] == row["baseline"]:
                     assert row["vs_baseline"] == row["cpu_vs_baseline"] == 1.0
@@ -145,6 +166,124 @@ def test_bench_markdown_tables_are_well_formed(bench: BenchRun) -> None:
     assert "Machine: " in bench.stdout and "Date: " in bench.stdout
     assert "Targets" in bench.stdout
     assert "Loop lag: " in bench.stdout and "Upload: " in bench.stdout  # what they measure
+    if HAVE_AIOHTTP:
+        assert "HTTP: " in bench.stdout
+
+
+@pytest.mark.skipif(not HAVE_AIOHTTP, reason="the http workloads need aiohttp")
+def test_bench_http_rows_serve_every_response_whole(bench: BenchRun) -> None:
+    # Every response was a 200 with the file's Content-Length and as many body bytes; the
+    # receiver compared the 64 KiB files' first response with the file, and the whole
+    # 4 MiB download (its first and last CHECKED bytes, which here are all of it).
+    assert 4 << 20 <= 2 * receiver.CHECKED
+    sections = {
+        (s["workload"]["name"], s["transport"]): s
+        for s in bench.data["sections"]
+        if s["workload"]["http"]
+    }
+    assert set(sections) == {(w, t) for w in ("http-large", "http-64k") for t in ("tcp", "tls")}
+    for (name, transport), section in sections.items():
+        workload = section["workload"]
+        tls = "tls-" if transport == "tls" else ""
+        names = [f"{tls}{row}-{loop}" for loop in ("asyncio", "uvloop") for row in HTTP_ROWS]
+        assert [row["row"] for row in section["rows"]] == names
+        responses = workload["warmup"] + workload["requests"] if name == "http-64k" else 1
+        for row in section["rows"]:
+            (sample,) = row["samples"]
+            assert sample["server_responses"] == responses
+            assert sample["server_file_bytes"] == responses * workload["file_size"]
+            timed = workload["requests"] if name == "http-64k" else 1
+            assert sample["timed_bytes"] == timed * workload["file_size"]  # bodies only
+            if transport == "tls":
+                assert sample["cipher"]
+            taken = set(row["paths"])
+            if "-dropin-" in row["row"]:  # aiosendfile.aiohttp.FileResponse: send()'s paths
+                expected = {"buffered"} if tls else {"zerocopy"}
+                if name == "http-64k" and not tls:
+                    expected = {"quick", "zerocopy"}  # a small cached response: one call
+                assert taken and taken <= expected, taken
+            else:
+                assert not taken  # aiohttp's own FileResponse does not say
+    verdicts = {v["target"] for v in bench.data["targets"] if v["workload"].startswith("http")}
+    assert "http-large: aiohttp-dropin-uvloop >= 2.5x aiohttp-uvloop" in verdicts
+    assert "http-large: aiohttp-dropin-uvloop server CPU <= 0.4x aiohttp-uvloop" in verdicts
+    assert "http-large: tls-aiohttp-dropin-asyncio >= 5x tls-aiohttp-asyncio" in verdicts
+    assert "http-64k: aiohttp-dropin-asyncio >= 1.5x aiohttp-asyncio" in verdicts
+    assert not any("ourloop" in verdict for verdict in verdicts)
+    assert "### HTTP, large file: 4 MiB as one GET from an aiohttp app; 1 run" in bench.stdout
+    assert "### HTTP over TLS, small files: 64 KiB each, 20 GETs on one keep-alive" in bench.stdout
+
+
+class _Replay(receiver._HttpConnection):
+    """A connection that answers reads from `data`, `chunk` bytes at most per read."""
+
+    def __init__(self, data: bytes, chunk: int = 4096) -> None:
+        self.data, self.chunk = memoryview(data), chunk
+        self.view = memoryview(bytearray(1 << 20))
+        self.dropped = 0
+
+    def read(self, nbytes: int, keep: bool) -> int:
+        n = min(nbytes, self.chunk, len(self.data))
+        if keep:
+            self.view[:n] = self.data[:n]
+        else:
+            self.dropped += n
+        self.data = self.data[n:]
+        return n
+
+
+def _response(body: bytes, head: bytes = b"HTTP/1.1 200 OK\r\nServer: x\r\n") -> bytes:
+    return head + b"Content-Length: %d\r\nETag: y\r\n\r\n" % len(body) + body
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096, 1 << 20])
+def test_receiver_http_response_is_checked_byte_for_byte(chunk: int) -> None:
+    body = bytes(range(256)) * 40  # 10,240 bytes
+    size = len(body)
+    whole = ((0, body),)
+    edges = ((0, body[:1000]), (size - 1000, body[-1000:]))
+    receiver._http_response(_Replay(_response(body), chunk), size, whole)
+    conn = _Replay(_response(body), chunk)
+    receiver._http_response(conn, size, edges)
+    assert conn.data == b""  # all of it read, and nothing past it
+    assert chunk == 1 or conn.dropped > 0  # the middle was dropped unseen
+    for at in (0, 999, size // 2, size - 1):
+        bad = bytearray(body)
+        bad[at] ^= 0xFF
+        with pytest.raises(ValueError, match="differ from the file"):
+            receiver._http_response(_Replay(_response(bytes(bad)), chunk), size, whole)
+        if 1000 <= at < size - 1000:  # between the edges: counted, not compared
+            receiver._http_response(_Replay(_response(bytes(bad)), chunk), size, edges)
+            continue
+        with pytest.raises(ValueError, match="differ from the file"):
+            receiver._http_response(_Replay(_response(bytes(bad)), chunk), size, edges)
+    with pytest.raises(ValueError, match="not 200 OK"):
+        receiver._http_response(_Replay(_response(body, b"HTTP/1.1 404 Not Found\r\n")), size)
+    with pytest.raises(ValueError, match="Content-Length"):
+        receiver._http_response(_Replay(_response(body)), size + 1)
+    with pytest.raises(ConnectionError, match="EOF after"):
+        receiver._http_response(_Replay(_response(body)[:-1], chunk), size)
+    with pytest.raises(ConnectionError, match="EOF in a response head"):
+        receiver._http_response(_Replay(b"HTTP/1.1 200 OK\r\n"), size)
+
+
+def test_bench_skips_the_http_workloads_without_aiohttp() -> None:
+    args = ["bench", "--workloads", "large,http*", "--only", "limit,aiohttp-*", "--size", "1M"]
+    done = run_bench(*args, "--runs", "1", "--no-progress", without_aiohttp=True)
+    assert done.returncode == 0, done.stderr
+    assert [title for title, _ in _tables(done.stdout)] == [
+        "Large file: 1 MiB on one connection; 1 run"
+    ]
+    for out in (done.stdout, done.stderr):
+        assert "skipped, as aiohttp is not installed: `aiohttp-asyncio`" in out
+        assert "workload http-large skipped: none of its rows can run" in out
+    alone = run_bench("bench", "--workloads", "http", without_aiohttp=True)
+    assert alone.returncode == 2
+    assert "nothing to run" in alone.stderr and "aiohttp is not installed" in alone.stderr
+    listed = run_bench("bench", "--list", without_aiohttp=True)
+    assert listed.returncode == 0, listed.stderr
+    assert "aiohttp-dropin-uvloop" in listed.stdout
+    assert "http-large, http-64k (cannot run here: aiohttp is not installed)" in listed.stdout
 
 
 def test_bench_progress_goes_to_stderr_only_when_asked(bench: BenchRun) -> None:

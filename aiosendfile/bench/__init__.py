@@ -6,9 +6,10 @@ One module per job:
 - ``senders.py``    the rows, behind one documented interface (`Sender`); upload rows receive
 - ``serving.py``    how a row serves connections: a thread each, or an asyncio server
                     (with the lag probe, for the lag workload)
+- ``webapp.py``     the aiohttp rows' server: an aiohttp app answering with a FileResponse
 - ``server.py``     the server process of one measurement; measures its own CPU and memory
 - ``receiver.py``   the receiver process, the other end: kernel discard on TCP, real
-                    decryption on TLS; the sending end of uploads
+                    decryption on TLS; the sending end of uploads; an HTTP/1.1 client
 - ``files.py``      the files a run serves, their page cache, the TLS certificates
 - ``slowfs.py``     a slow disk: a FUSE passthrough sleeping before every read
 - ``measure.py``    a process measuring itself (getrusage, /proc)

@@ -22,7 +22,7 @@ import shlex
 import signal
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -56,7 +56,19 @@ QUICK = {
     "upload_size": 256 << 20,
 }
 SMALL_SIZES = {"small-4k": 4 << 10, "small-64k": 64 << 10}
-WORKLOAD_NAMES = ("large", "small-4k", "small-64k", "concurrent", "lag", "upload")
+HTTP_SMALL_SIZE = 64 << 10  # http-64k: each response's file
+WORKLOAD_NAMES = (
+    "large",
+    "small-4k",
+    "small-64k",
+    "concurrent",
+    "lag",
+    "upload",
+    "http-large",
+    "http-64k",
+)
+# --workloads shorthands: small is both small-file workloads, http both HTTP ones.
+WORKLOAD_ALIASES = {"small": "small-*", "http": "http-*"}
 
 
 class UsageError(Exception):
@@ -104,7 +116,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "loop.sendfile, 256 KiB buffered writes, a read-and-write upload loop, aiofiles) and "
         "against the machine's limit (a blocking socket.sendfile thread), over 127.0.0.1: a "
         "large file, small files as request/response, concurrent downloads, TLS, the event "
-        "loop's lag while cold and hot files download, and uploads received into a file. "
+        "loop's lag while cold and hot files download, uploads received into a file, and "
+        "aiohttp's FileResponse against aiosendfile's through a real HTTP/1.1 client. "
         "Prints Markdown tables.",
         epilog="Rows: " + ", ".join(REGISTRY) + ". Workloads: " + ", ".join(WORKLOAD_NAMES) + ".",
     )
@@ -170,7 +183,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         metavar="NAMES",
         help="comma-separated workloads to run, with shell wildcards (default: all of "
         + ", ".join(WORKLOAD_NAMES)
-        + "; small is small-4k and small-64k)",
+        + "; small is small-4k and small-64k, http is http-large and http-64k)",
     )
     choice.add_argument(
         "--cpu",
@@ -204,7 +217,7 @@ def resolve_options(args: argparse.Namespace) -> None:
 def select_workloads(args: argparse.Namespace) -> list[Workload]:
     names = list(WORKLOAD_NAMES)
     if args.workloads:
-        wanted = _patterns(args.workloads, "small", "small-*")
+        wanted = _patterns(args.workloads, WORKLOAD_ALIASES)
         names = [name for name in names if any(fnmatch.fnmatchcase(name, p) for p in wanted)]
         _check_patterns(wanted, WORKLOAD_NAMES, "workload")
     # A few untimed responses first; the first of them is checked byte for byte.
@@ -225,6 +238,17 @@ def select_workloads(args: argparse.Namespace) -> list[Workload]:
             read_delay=delay,
         ),
         "upload": Workload("upload", "upload", args.upload_size),
+        # Through aiohttp and a real HTTP/1.1 client on one keep-alive connection.
+        "http-large": Workload("http-large", "stream", args.size, http=True),
+        "http-64k": Workload(
+            "http-64k",
+            "requests",
+            HTTP_SMALL_SIZE,
+            requests=args.requests,
+            warmup=warmup,
+            pinned=True,
+            http=True,
+        ),
     }
     for name, size in SMALL_SIZES.items():
         workloads[name] = Workload(
@@ -242,11 +266,11 @@ def select_rows(args: argparse.Namespace) -> list[Sender]:
     return rows
 
 
-def _patterns(text: str, alias: str = "", meaning: str = "") -> list[str]:
+def _patterns(text: str, aliases: Mapping[str, str] | None = None) -> list[str]:
     patterns = [p.strip() for p in text.split(",") if p.strip()]
     if not patterns:
         raise UsageError("an empty list")
-    return [meaning if alias and p == alias else p for p in patterns]
+    return [(aliases or {}).get(p, p) for p in patterns]
 
 
 def _check_patterns(patterns: Sequence[str], names: Sequence[str], kind: str) -> None:
@@ -316,8 +340,19 @@ def make_plan(workloads: Sequence[Workload], rows: Sequence[Sender], have_tls: b
     notes = [f"skipped, as {reason}: {', '.join(names)}" for reason, names in skipped.items()]
     by_workload = {w.name: [r for r in runnable if w.name in r.workloads] for w in workloads}
     kept = [w for w in workloads if by_workload[w.name]]
+    for workload in workloads:
+        if by_workload[workload.name]:
+            continue
+        # A workload whose rows all need something missing here (http: aiohttp) says so.
+        reasons = {missing(row, have_tls) for row in rows if workload.name in row.workloads}
+        why = "; ".join(sorted(r for r in reasons if r is not None))
+        if why:
+            notes.append(f"workload {workload.name} skipped: none of its rows can run ({why})")
     if not kept:
-        raise UsageError("nothing to run: no selected row serves a selected workload")
+        raise UsageError(
+            "nothing to run: no selected row serves a selected workload"
+            + "".join(f"; {note}" for note in notes)
+        )
     return Plan(kept, by_workload, notes)
 
 
@@ -371,13 +406,34 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
         plan = make_plan(workloads, rows, tls is not None)
         for note in plan.notes:
             print(f"note: {note}", file=sys.stderr)
-        served = {
-            workload.name: make_served(workload, directory, cleanup) for workload in plan.workloads
-        }
+        served: dict[str, Served] = {}
+        for workload in plan.workloads:
+            twin = _same_file(workload, plan.workloads, served)
+            if twin is not None:  # http-large serves large's file, http-64k small-64k's
+                served[workload.name] = twin
+            else:
+                served[workload.name] = make_served(workload, directory, cleanup)
         progress = Progress(len(plan.steps(args.runs)), sys.stderr, not args.no_progress)
         cleanup.callback(progress.close)
         samples, failures = measure_all(plan, args.runs, served, tls, cpus, progress)
     return write_results(args, argv, plan, samples, failures, cpus)
+
+
+def _same_file(
+    workload: Workload, workloads: Sequence[Workload], served: Mapping[str, Served]
+) -> Served | None:
+    """An earlier workload's file of the same size that `workload` can serve too:
+    one file (and page cache) instead of two."""
+    if workload.kind not in ("stream", "requests"):
+        return None
+    for other in workloads:
+        if (
+            other.name in served
+            and other.kind in ("stream", "requests")
+            and other.file_size == workload.file_size
+        ):
+            return served[other.name]
+    return None
 
 
 def make_served(workload: Workload, directory: Path, cleanup: contextlib.ExitStack) -> Served:
@@ -473,7 +529,9 @@ def _rotated(rows: Sequence[Sender], by: int) -> list[Sender]:
 def list_rows() -> None:
     for row in REGISTRY.values():
         workloads = ", ".join(w for w in WORKLOAD_NAMES if w in row.workloads)
-        print(f"{row.name:<26} {row.transport:<4} {workloads}\n    {row.title}")
+        reason = missing(row, have_tls=True)  # trustme is checked when a run starts
+        absent = f" (cannot run here: {reason})" if reason else ""
+        print(f"{row.name:<28} {row.transport:<4} {workloads}{absent}\n    {row.title}")
 
 
 def _raise_exit(signum: int, frame: Any) -> NoReturn:

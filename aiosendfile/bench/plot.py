@@ -19,6 +19,10 @@ _COLOURS = {
     "aiosendfile": "#1f77b4",
     "loop.sendfile": "#d62728",
     "buffered": "#ff7f0e",
+    # HTTP: aiosendfile's FileResponse, aiohttp's on aiosendfile's loops, aiohttp's own.
+    "aiohttp-dropin": "#1f77b4",
+    "aiohttp-ourloop": "#9467bd",
+    "aiohttp": "#ff7f0e",
 }
 
 

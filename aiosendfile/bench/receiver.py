@@ -24,6 +24,14 @@ show how far the receiver outruns the rows).
   read for real and compared with the header and the file, byte for byte.
 - Upload: the receiver is the sending end: it sends from memory with
   sendall(), and the row's close (once every byte is in the file) stops its clock.
+- HTTP (the aiohttp rows): a real HTTP/1.1 client on one keep-alive
+  connection, one request at a time.  Each response head is read (1 KiB at a
+  time) up to its blank line; the status must be 200 and Content-Length the
+  file's size; the body is then discarded as above (MSG_TRUNC, or decrypted
+  into the same buffer over TLS, by the same memory-BIO reader as TLS
+  streams), and its length counted.  The first response of a requests
+  workload is compared with the file whole; a download's first and last
+  `CHECKED` bytes are.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -58,6 +67,11 @@ RECV_CHUNK = 16 << 20  # the most one recv(MSG_TRUNC) may discard: fewer calls
 TLS_READ = 256 << 10  # ciphertext bytes one recv() takes for the TLS receiver
 LOW_WATER = 256 << 10  # SO_RCVLOWAT for concurrent connections: fewer, fuller wake-ups
 TLS_SERVER_NAME = "localhost"  # what the orchestrator's certificate is issued for
+HEAD_READ = 1024  # HTTP: what one read takes while looking for the end of a response head
+HEAD_MAX = 16 << 10  # HTTP: a longer response head is an error
+CHECKED = 2 << 20  # HTTP: a download's first and last bytes compared with the file
+_STATUS_OK = b"HTTP/1.1 200 "
+_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)[ \t]*\r\n", re.IGNORECASE)
 
 Result = dict[str, Any]
 
@@ -88,6 +102,12 @@ def main() -> int:
 
 def run(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None) -> Result:
     workload = fetch.workload
+    if workload.http:
+        if workload.kind == "requests":
+            return http_requests(fetch, buffer, tls)
+        if workload.kind == "stream" and workload.connections == 1:
+            return http_download(fetch, buffer, tls)
+        raise ValueError(f"the receiver speaks HTTP on one connection, not {workload.kind}")
     if workload.kind == "requests":
         return requests(fetch, buffer, tls)
     if workload.kind == "upload":
@@ -325,6 +345,232 @@ def upload(fetch: Fetch, buffer: memoryview) -> Result:
         "responses": 1,
         "cpu_s": measure.cpu_seconds() - cpu,
     }
+
+
+# --- HTTP/1.1 on one keep-alive connection ---
+
+
+class _HttpConnection:
+    """One client connection: requests out, response bytes into `view`."""
+
+    view: memoryview  # where read() puts what it keeps
+
+    def send(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def read(self, nbytes: int, keep: bool) -> int:
+        """Up to `nbytes` bytes into `view` (with `keep`; else they may be dropped
+        unseen); 0 at EOF."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Before the socket closes: a TLS close_notify."""
+
+
+class _PlainHttp(_HttpConnection):
+    def __init__(self, sock: socket.socket, buffer: memoryview, fetch: Fetch) -> None:
+        self.sock, self.view, self.fetch = sock, buffer, fetch
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def read(self, nbytes: int, keep: bool) -> int:
+        # MSG_TRUNC on TCP drops the bytes in the kernel: no copy into `view`.
+        flags = 0 if keep else socket.MSG_TRUNC
+        return _recv(self.sock, self.view, nbytes, flags, self.fetch, 0)
+
+
+class _TlsHttp(_HttpConnection):
+    """TLS by memory BIOs, as stream_tls(): one recv() of up to TLS_READ ciphertext
+    bytes, decrypted record by record into `view`."""
+
+    def __init__(
+        self, sock: socket.socket, buffer: memoryview, fetch: Fetch, tls: ssl.SSLContext
+    ) -> None:
+        self.sock, self.fetch = sock, fetch
+        self.ciphertext, self.view = buffer[:TLS_READ], buffer[TLS_READ:]
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.session = tls.wrap_bio(self.incoming, self.outgoing, server_hostname=TLS_SERVER_NAME)
+        while True:
+            try:
+                self.session.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                if not self._pump():
+                    raise ConnectionError("EOF during the TLS handshake") from None
+        self._flush()
+        self.cipher = _cipher(self.session)
+
+    def send(self, data: bytes) -> None:
+        self.session.write(data)
+        self._flush()
+
+    def read(self, nbytes: int, keep: bool) -> int:
+        while True:
+            try:
+                return _decrypt_into(self.session, self.view[:nbytes])
+            except ssl.SSLWantReadError:
+                pass  # OpenSSL needs more ciphertext
+            except ssl.SSLZeroReturnError:
+                return 0  # close_notify
+            if not self._pump():
+                return 0
+
+    def close(self) -> None:
+        with contextlib.suppress(ssl.SSLError, OSError):
+            self.session.unwrap()  # raises SSLWantReadError: we do not wait for the server's
+        with contextlib.suppress(OSError):
+            self._flush()
+
+    def _pump(self) -> bool:
+        """Sends what OpenSSL has to send, then one recv() of ciphertext; False at EOF."""
+        self._flush()
+        got = _recv(self.sock, self.ciphertext, len(self.ciphertext), 0, self.fetch, 0)
+        if got:
+            self.incoming.write(self.ciphertext[:got])
+        return bool(got)
+
+    def _flush(self) -> None:
+        if self.outgoing.pending:
+            self.sock.sendall(self.outgoing.read())
+
+
+@contextlib.contextmanager
+def _http(
+    fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None
+) -> Iterator[tuple[_HttpConnection, int]]:
+    """An HTTP connection (TLS by memory BIOs where asked), and the time connect() began."""
+    with _connect(fetch) as (sock, start):
+        if fetch.workload.kind == "requests":
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # requests go at once
+        conn = (
+            _PlainHttp(sock, buffer, fetch) if tls is None else _TlsHttp(sock, buffer, fetch, tls)
+        )
+        yield conn, start
+        conn.close()
+
+
+Expected = tuple[tuple[int, bytes], ...]  # (offset, the file's bytes there): what is compared
+
+
+def _expected(path: str, size: int, span: int) -> Expected:
+    """The file's first and last `span` bytes (all of it, if that is no more)."""
+    with open(path, "rb") as file:
+        if size <= 2 * span:
+            parts: Expected = ((0, file.read(size)),)
+        else:
+            parts = ((0, os.pread(file.fileno(), span, 0)),)
+            parts += ((size - span, os.pread(file.fileno(), span, size - span)),)
+    if sum(len(blob) for _, blob in parts) != min(size, 2 * span):
+        raise ValueError(f"{path} is shorter than {size} bytes")
+    return parts
+
+
+def _http_response(conn: _HttpConnection, size: int, expected: Expected = ()) -> None:
+    """Reads one response: a 200 head with Content-Length `size`, then `size` body bytes,
+    those at the offsets of `expected` compared with it, the others dropped."""
+    view = conn.view
+    head = bytearray()
+    while True:
+        n = conn.read(HEAD_READ, keep=True)
+        if not n:
+            raise ConnectionError(f"EOF in a response head ({len(head)} bytes: {bytes(head)!r})")
+        head += view[:n]
+        end = head.find(b"\r\n\r\n")
+        if end >= 0:
+            break
+        if len(head) > HEAD_MAX:
+            raise ValueError(f"no end of the response head in {len(head)} bytes")
+    end += 4
+    if not head.startswith(_STATUS_OK):
+        status = bytes(head).partition(b"\r\n")[0]
+        raise ValueError(f"the response is not 200 OK: {status!r}")
+    match = _CONTENT_LENGTH.search(head, 0, end)
+    if match is None or int(match[1]) != size:
+        found = "none" if match is None else match[1].decode()
+        raise ValueError(f"Content-Length {found}, expected {size}: {bytes(head[:end])!r}")
+    got = len(head) - end  # body bytes that came with the head
+    if got > size:
+        raise ValueError(f"{got - size} bytes more than Content-Length {size}")
+    if not _matches(expected, 0, memoryview(head)[end:]):
+        raise ValueError("the body's first bytes differ from the file's")
+    while got < size:
+        keep, until = _span(expected, got, size)
+        n = conn.read(min(until - got, len(view)), keep)
+        if not n:
+            raise ConnectionError(f"EOF after {got} of a {size}-byte body")
+        if keep and not _matches(expected, got, view[:n]):
+            raise ValueError(f"the body's bytes at {got} differ from the file's")
+        got += n
+
+
+def _span(expected: Expected, offset: int, size: int) -> tuple[bool, int]:
+    """Whether the byte at `offset` is compared, and where that run of bytes ends."""
+    until = size
+    for start, blob in expected:
+        if start <= offset < start + len(blob):
+            return True, start + len(blob)
+        if offset < start:
+            until = min(until, start)
+    return False, until
+
+
+def _matches(expected: Expected, offset: int, data: memoryview) -> bool:
+    """Whether `data`, found at `offset`, agrees with `expected` where they overlap."""
+    for start, blob in expected:
+        low, high = max(offset, start), min(offset + len(data), start + len(blob))
+        if low < high and data[low - offset : high - offset] != blob[low - start : high - start]:
+            return False
+    return True
+
+
+def http_download(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None) -> Result:
+    """GET the file once on a new connection; its first and last CHECKED bytes compared."""
+    size = fetch.workload.file_size
+    expected = _expected(fetch.file, size, CHECKED)
+    cpu = measure.cpu_seconds()
+    with _http(fetch, buffer, tls) as (conn, start):
+        conn.send(REQUEST)
+        _http_response(conn, size, expected)
+        last = time.perf_counter_ns()
+    result: Result = {
+        "elapsed_ns": last - start,
+        "bytes": size,
+        "responses": 1,
+        "cpu_s": measure.cpu_seconds() - cpu,
+    }
+    if isinstance(conn, _TlsHttp):
+        result["cipher"] = conn.cipher
+    return result
+
+
+def http_requests(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None) -> Result:
+    """GET after GET on one keep-alive connection: warm-up responses (the first compared
+    with the file whole), then the timed ones."""
+    workload = fetch.workload
+    size = workload.file_size
+    expected = _expected(fetch.file, size, size)
+    with _http(fetch, buffer, tls) as (conn, _):
+        for i in range(workload.warmup):
+            conn.send(REQUEST)
+            _http_response(conn, size, expected if i == 0 else ())
+        cpu = measure.cpu_seconds()
+        start = time.perf_counter_ns()
+        for _ in range(workload.requests):
+            conn.send(REQUEST)
+            _http_response(conn, size)
+        elapsed = time.perf_counter_ns() - start
+        cpu = measure.cpu_seconds() - cpu
+    result: Result = {
+        "elapsed_ns": elapsed,
+        "bytes": size * (workload.warmup + workload.requests),
+        "responses": workload.warmup + workload.requests,
+        "timed_responses": workload.requests,
+        "cpu_s": cpu,  # over the timed responses only
+    }
+    if isinstance(conn, _TlsHttp):
+        result["cipher"] = conn.cipher
+    return result
 
 
 # --- helpers ---

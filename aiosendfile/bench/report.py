@@ -18,7 +18,7 @@ import aiosendfile
 
 from .results import MIB, Failure, RowFigures, Section
 from .targets import Verdict
-from .workloads import HEADER_SIZE
+from .workloads import HEADER_SIZE, Workload
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,9 +81,11 @@ def markdown(run: Run) -> str:
         f"Command: `{run.command}`",
         "",
     ]
-    kinds = {section.workload.kind for section in run.sections}
+    kinds = {section.workload.kind for section in run.sections if not section.workload.http}
     if kinds & {"stream", "requests"}:
         lines.append(SENDING)
+    if any(section.workload.http for section in run.sections):
+        lines.append(HTTP)
     if "files" in kinds:
         lines.append(LAG)
     if "upload" in kinds:
@@ -118,6 +120,18 @@ LAG = (
     "hot MB/s are each group's bytes over the time from the first connect() to its last byte "
     "(median over the runs). Every transfer is byte-counted."
 )
+HTTP = (
+    "HTTP: each row is an aiohttp app (a server process of its own) whose one route returns "
+    "a FileResponse of the file; the receiver is a real HTTP/1.1 client on one keep-alive "
+    "connection, one GET at a time: it reads each response head up to its blank line, checks "
+    "the status (200) and Content-Length, and discards the body as it does elsewhere (in the "
+    "kernel, or decrypted into one reused buffer over TLS), counting it. MB/s counts body "
+    "bytes only. The first response of the 64 KiB files is compared with the file whole, a "
+    "large download's first and last 2 MiB. The x aiohttp columns are same-run ratios to "
+    "aiohttp's own web.FileResponse on the same loop and transport, median over the runs: "
+    "throughput, and server CPU per GiB or per response. The receiver ceiling is over every "
+    "row's runs (there is no limit row)."
+)
 UPLOAD = (
     "Upload: the receiver process is the sending end here: it sends from memory with "
     "sendall() and its clock stops when the row closes the connection, once every byte is "
@@ -134,14 +148,18 @@ def section_title(section: Section, pinned_cpus: tuple[int, ...] | None = None) 
     runs = f"{count} run" if count == 1 else f"{count} runs"
     over = " over TLS" if section.transport == "tls" else ""
     size = human_size(workload.file_size)
+    if workload.http:
+        if workload.kind == "requests":
+            return (
+                f"HTTP{over}, small files: {size} each, {workload.requests:,} GETs on one "
+                f"keep-alive connection to an aiohttp app{_pinned(workload, pinned_cpus)}; {runs}"
+            )
+        return f"HTTP{over}, large file: {size} as one GET from an aiohttp app; {runs}"
     if workload.kind == "requests":
-        where = ""
-        if workload.pinned and pinned_cpus:
-            cpus = ",".join(map(str, pinned_cpus))
-            where = f", server and receiver on CPU {cpus}"
         return (
             f"Small files{over}: {size} + a {HEADER_SIZE}-byte header, "
-            f"{workload.requests:,} request/responses on one connection{where}; {runs}"
+            f"{workload.requests:,} request/responses on one connection"
+            f"{_pinned(workload, pinned_cpus)}; {runs}"
         )
     if workload.kind == "files":
         hot = workload.connections - workload.cold
@@ -164,8 +182,16 @@ def section_title(section: Section, pinned_cpus: tuple[int, ...] | None = None) 
     return f"Large file{over}: {size} on one connection; {runs}"
 
 
+def _pinned(workload: Workload, pinned_cpus: tuple[int, ...] | None) -> str:
+    if not (workload.pinned and pinned_cpus):
+        return ""
+    return f", server and receiver on CPU {','.join(map(str, pinned_cpus))}"
+
+
 def _section(section: Section, pinned_cpus: tuple[int, ...] | None) -> list[str]:
     lines = [f"### {section_title(section, pinned_cpus)}", ""]
+    if section.workload.http:
+        return lines + _http_table(section)
     if section.workload.kind == "files":
         return lines + _lag_table(section)
     if section.workload.kind == "upload":
@@ -208,6 +234,34 @@ def _send_table(section: Section) -> list[str]:
         cells += [_ratio(section.receiver_ceiling / ref.value if ref else None), ""]
         cells += ["", _busy(section)]
         lines.append(_row(cells + [""] * (len(headers) - len(cells))))
+    return lines
+
+
+def _http_table(section: Section) -> list[str]:
+    """The aiohttp rows: each compared, run for run, with aiohttp's own FileResponse on
+    the same loop (its `baseline`)."""
+    workload = section.workload
+    requests = workload.kind == "requests"
+    headers = ["row", workload.unit, "min-max"]
+    if requests:
+        headers.append("MB/s")
+    unit = "µs/response" if requests else "s/GiB"
+    headers += ["x aiohttp", f"server CPU {unit}", "CPU x aiohttp"]
+    headers += [f"server+receiver CPU {unit}", "peak RSS MiB"]
+    lines = _header(headers)
+    digits = 1 if requests else 2
+    for figures in section.rows:
+        cells = [f"`{figures.row}`", _number(figures.value), _spread(figures)]
+        if requests:
+            cells.append(_number(figures.value * workload.response_size / 1e6))
+        cells += [_ratio(figures.vs_baseline), f"{figures.cpu:.{digits}f}"]
+        cells += [_ratio(figures.cpu_vs_baseline)]
+        cells += [f"{figures.cpu + figures.receiver_cpu:.{digits}f}", _mib(figures.rss_peak)]
+        lines.append(_row(cells))
+    if section.receiver_ceiling is not None:
+        cells = [_ceiling_name(section), _number(section.receiver_ceiling), ""]
+        cells += [""] * (len(headers) - len(cells) - 2) + [_busy(section), ""]
+        lines.append(_row(cells))
     return lines
 
 

@@ -51,7 +51,9 @@ bytes to the file at ``path`` and returns how many it wrote.
 A row with a server of its own (aiohttp's ``FileResponse``, an FTP server)
 overrides ``serve(ctx)``: it serves on ``ctx.listener`` (``ctx.ssl`` for TLS)
 and keeps to the same protocol.  A row that needs another protocol (a real
-HTTP client, FTP commands) adds a mode to the receiver as well.
+HTTP client, FTP commands) adds a mode to the receiver as well: the aiohttp
+rows (`AiohttpRow`) serve the http workloads with an aiohttp app
+(`aiosendfile.bench.webapp`), and the receiver speaks HTTP/1.1 to them.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ LARGE_ONLY = frozenset({"large"})
 SMALL_ONLY = frozenset({"small-4k", "small-64k"})
 LAG_ONLY = frozenset({"lag"})
 UPLOAD_ONLY = frozenset({"upload"})
+HTTP_ONLY = frozenset({"http-large", "http-64k"})
 CHUNK = 256 * 1024  # the buffered code's read size (aiohttp's FileResponse chunk)
 NO_EXTENSIONS = "AIOSENDFILE_NO_EXTENSIONS"  # forces aiosendfile's pure-Python core
 
@@ -87,8 +90,11 @@ REFERENCES: Mapping[Transport, tuple[str, str]] = {
 
 
 def references(workload: Workload, transport: Transport) -> tuple[str, str] | None:
-    """The reference rows of a table; None for lag and upload, which have none."""
-    return REFERENCES[transport] if workload.kind in ("stream", "requests") else None
+    """The reference rows of a table; None for lag, upload and http, which have none
+    (their rows name a `baseline()` instead)."""
+    if workload.http or workload.kind not in ("stream", "requests"):
+        return None
+    return REFERENCES[transport]
 
 
 class Sender(abc.ABC):
@@ -385,6 +391,128 @@ class TlsBufferedUvloop(BufferedUvloop):
     name = "tls-buffered-uvloop"
     transport = "tls"
     workloads = LARGE_ONLY
+
+
+# --- HTTP: an aiohttp app, plain and TLS ---
+
+
+class AiohttpRow(Sender):
+    """An aiohttp app on `loop` whose one route returns a FileResponse of the job's file.
+
+    `dropin`: the response is ``aiosendfile.aiohttp.FileResponse``, else aiohttp's own
+    ``web.FileResponse``.  `sendfile_loop`: the loop is `loop`'s `aiosendfile.loops`
+    twin, whose loop.sendfile() (which aiohttp's FileResponse calls) is send().
+    """
+
+    workloads = HTTP_ONLY
+    requires: ClassVar[tuple[str, ...]] = ("aiohttp",)
+    # aiosendfile's C core; aiohttp's sendfile path as it comes.
+    env: ClassVar[Mapping[str, str | None]] = {NO_EXTENSIONS: None, "AIOHTTP_NOSENDFILE": None}
+    loop: ClassVar[str] = "asyncio"
+    dropin: ClassVar[bool] = False
+    sendfile_loop: ClassVar[bool] = False
+
+    def serve(self, ctx: serving.Context) -> None:
+        from . import webapp  # imports aiohttp: only the aiohttp rows' servers do
+
+        serving.run_on_loop(
+            self.loop, lambda: webapp.serve_aiohttp(ctx, self.dropin), self.sendfile_loop
+        )
+
+    def baseline(self) -> str | None:
+        """aiohttp's own FileResponse on the same loop, over the same transport."""
+        return f"{'tls-' if self.transport == 'tls' else ''}aiohttp-{self.loop}"
+
+
+class AiohttpUvloopRow(AiohttpRow):
+    loop = "uvloop"
+    requires = ("aiohttp", "uvloop")
+
+
+@register
+class AiohttpAsyncio(AiohttpRow):
+    name = "aiohttp-asyncio"
+    title = "aiohttp's own web.FileResponse on the stock asyncio loop (its loop.sendfile())"
+
+
+@register
+class AiohttpDropinAsyncio(AiohttpRow):
+    name = "aiohttp-dropin-asyncio"
+    title = "aiosendfile.aiohttp.FileResponse (the drop-in FileResponse) on the stock asyncio loop"
+    dropin = True
+
+
+@register
+class AiohttpOurloopAsyncio(AiohttpRow):
+    name = "aiohttp-ourloop-asyncio"
+    title = (
+        "aiohttp's own web.FileResponse on aiosendfile.loops.SelectorEventLoop "
+        "(loop.sendfile() is send())"
+    )
+    sendfile_loop = True
+
+
+@register
+class AiohttpUvloop(AiohttpUvloopRow):
+    name = "aiohttp-uvloop"
+    title = (
+        "aiohttp's own web.FileResponse on uvloop (no loop.sendfile(): "
+        "256 KiB chunks read in a thread)"
+    )
+
+
+@register
+class AiohttpDropinUvloop(AiohttpUvloopRow):
+    name = "aiohttp-dropin-uvloop"
+    title = "aiosendfile.aiohttp.FileResponse (the drop-in FileResponse) on uvloop"
+    dropin = True
+
+
+@register
+class AiohttpOurloopUvloop(AiohttpUvloopRow):
+    name = "aiohttp-ourloop-uvloop"
+    title = "aiohttp's own web.FileResponse on aiosendfile.loops.UVLoop (loop.sendfile() is send())"
+    sendfile_loop = True
+
+
+@register
+class TlsAiohttpAsyncio(AiohttpAsyncio):
+    name = "tls-aiohttp-asyncio"
+    title = (
+        "aiohttp's own web.FileResponse on asyncio over TLS (loop.sendfile()'s fallback: "
+        "16 KiB reads)"
+    )
+    transport = "tls"
+
+
+@register
+class TlsAiohttpDropinAsyncio(AiohttpDropinAsyncio):
+    name = "tls-aiohttp-dropin-asyncio"
+    transport = "tls"
+
+
+@register
+class TlsAiohttpOurloopAsyncio(AiohttpOurloopAsyncio):
+    name = "tls-aiohttp-ourloop-asyncio"
+    transport = "tls"
+
+
+@register
+class TlsAiohttpUvloop(AiohttpUvloop):
+    name = "tls-aiohttp-uvloop"
+    transport = "tls"
+
+
+@register
+class TlsAiohttpDropinUvloop(AiohttpDropinUvloop):
+    name = "tls-aiohttp-dropin-uvloop"
+    transport = "tls"
+
+
+@register
+class TlsAiohttpOurloopUvloop(AiohttpOurloopUvloop):
+    name = "tls-aiohttp-ourloop-uvloop"
+    transport = "tls"
 
 
 # --- uploads: rows that receive into a file ---

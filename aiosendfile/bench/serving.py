@@ -305,10 +305,22 @@ async def _next_request(reader: asyncio.StreamReader) -> bool:
     return True
 
 
-def run_on_loop(loop_name: str, main: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    """Runs main() on a new event loop: "asyncio" (the stock selector loop) or "uvloop"."""
+def run_on_loop(
+    loop_name: str, main: Callable[[], Coroutine[Any, Any, None]], sendfile_loop: bool = False
+) -> None:
+    """Runs main() on a new event loop: "asyncio" (the stock selector loop) or "uvloop";
+    with `sendfile_loop`, its `aiosendfile.loops` twin, whose loop.sendfile() is send()."""
     factory: Callable[[], asyncio.AbstractEventLoop]
-    if loop_name == "uvloop":
+    if sendfile_loop:
+        from aiosendfile import loops
+
+        if loop_name == "uvloop":
+            factory = loops.UVLoop
+        elif loop_name == "asyncio":
+            factory = loops.SelectorEventLoop
+        else:
+            raise ValueError(f"unknown loop {loop_name!r}")
+    elif loop_name == "uvloop":
         import uvloop
 
         factory = uvloop.new_event_loop

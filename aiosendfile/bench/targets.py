@@ -78,7 +78,38 @@ def _targets() -> tuple[Target, ...]:
             Target("concurrent", "tcp", row, "value", ">=", 0.95, "loop.sendfile"),
             Target("concurrent", "tcp", row, "rss_growth", "<=", 10.0),
         ]
-    return tuple(targets)
+    return tuple(targets + _http_targets())
+
+
+# HTTP, aiosendfile.aiohttp.FileResponse against aiohttp's own on the same loop: the
+# large file's throughput (at least) and server CPU per GiB (at most), the same over
+# TLS, and the 64 KiB files' responses/s.  The aiohttp-ourloop rows are reported with
+# their ratios and held to nothing.
+HTTP_BOUNDS = {
+    "asyncio": {"large": 1.0, "large-cpu": 1.0, "tls-large": 5.0, "64k": 1.5},
+    "uvloop": {"large": 2.5, "large-cpu": 0.4, "tls-large": 1.2, "64k": 1.5},
+}
+
+
+def _http_targets() -> list[Target]:
+    targets: list[Target] = []
+    for loop, bound in HTTP_BOUNDS.items():
+        ours, theirs = f"aiohttp-dropin-{loop}", f"aiohttp-{loop}"
+        targets += [
+            Target("http-large", "tcp", ours, "value", ">=", bound["large"], theirs),
+            Target("http-large", "tcp", ours, "cpu", "<=", bound["large-cpu"], theirs),
+            Target(
+                "http-large",
+                "tls",
+                f"tls-{ours}",
+                "value",
+                ">=",
+                bound["tls-large"],
+                f"tls-{theirs}",
+            ),
+            Target("http-64k", "tcp", ours, "value", ">=", bound["64k"], theirs),
+        ]
+    return targets
 
 
 TARGETS = _targets()

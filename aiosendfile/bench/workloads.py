@@ -23,6 +23,14 @@ The wire protocol, over TCP (or TLS) on 127.0.0.1:
   ``file_size`` bytes, `upload_block()` over and over, then shuts down its
   side; the server writes them to a file and closes.  That close ends the
   transfer: every byte is in the file (which the orchestrator then checks).
+- ``http`` workloads (``http-large``: a stream; ``http-64k``: requests): real
+  HTTP/1.1 with keep-alive, served by an aiohttp app.  The receiver sends
+  `REQUEST` (``GET /file``), one at a time on one connection; the server
+  answers with its own response head (status 200, ``Content-Length:
+  file_size``, whatever other headers it sends) and the file's bytes, and
+  keeps the connection open.  The receiver closes it after the last response
+  (one for a stream, ``warmup + requests`` for requests).  Only body bytes
+  count: the head is the server's and its size varies.
 """
 
 from __future__ import annotations
@@ -36,7 +44,8 @@ from typing import Any, Literal, Self
 Kind = Literal["stream", "requests", "files", "upload"]
 Transport = Literal["tcp", "tls"]
 
-REQUEST = b"GET /file HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+REQUEST = b"GET /file HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"  # also a real HTTP/1.1 request
+HTTP_PATH = "/file"  # what REQUEST asks for: the http workloads' one route
 HEADER_SIZE = 100  # the issue's "100-byte header": an HTTP/1.1 response head, padded
 UPLOAD_BLOCK = 4 << 20  # the upload's bytes repeat with this period
 PROBE_INTERVAL = 0.001  # seconds the lag probe sleeps; how late it wakes is the lag
@@ -75,7 +84,7 @@ def upload_bytes(offset: int, size: int) -> bytes:
 class Workload:
     """What the receiver asks for and how it is timed."""
 
-    name: str  # "large", "small-4k", "small-64k", "concurrent", "lag", "upload"
+    name: str  # "large", "small-4k", "small-64k", "concurrent", "lag", "upload", "http-*"
     kind: Kind
     file_size: int  # bytes of the file each transfer or response carries
     connections: int = 1  # connections at once (stream and files workloads)
@@ -91,6 +100,9 @@ class Workload:
     probe: bool = False
     # Seconds the slow FUSE disk sleeps per read of a cold file; 0: the machine's own disk.
     read_delay: float = 0.0
+    # Real HTTP/1.1 through an aiohttp app (a stream or requests workload): the
+    # receiver parses each response head; only body bytes are counted.
+    http: bool = False
 
     @property
     def unit(self) -> str:
@@ -99,6 +111,8 @@ class Workload:
     @property
     def response_size(self) -> int:
         """Bytes on the wire per response or transfer."""
+        if self.http:
+            return self.file_size  # the body; the server's head is not counted
         return self.file_size + (HEADER_SIZE if self.kind == "requests" else 0)
 
     @property
