@@ -419,19 +419,25 @@ async def test_send_one_bytesio_to_many_connections(
 
 
 @pytest.mark.parametrize("where", ["middle", "end"])
+@pytest.mark.parametrize("size", [MiB, 20_000], ids=["general", "quick"])
 async def test_send_unflushed_writes_in_r_plus_b(
     connect: Callable[..., Any],
     make_file: Callable[..., Path],
     transport_kind: str,
     core: Core,
     where: str,
+    size: int,
 ) -> None:
-    """Bytes written to an r+b file object and not yet flushed are what is sent."""
-    path = make_file(MiB, seed=10)  # over the quick route's size: the general path
+    """Bytes written to an r+b file object and not yet flushed are what is sent, by the
+    general path (1 MiB is over the quick route's size) and by the quick route."""
+    path = make_file(size, seed=10)
     data = bytearray(path.read_bytes())
     new = b"NEW!" * 500  # fits the file object's 8 KiB buffer: still pending
     conn: Connection = await connect(transport_kind)
     with path.open("r+b") as f:
+        # Asked before the write: which_path() would flush it.
+        quick = size < MiB and transport_kind != "tls"
+        assert (aiosendfile.which_path(conn.writer, f).path == "quick") is quick
         if where == "end":
             f.seek(0, io.SEEK_END)
             data += new
