@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
+import shutil
 import socket
 import ssl
 import struct
@@ -435,6 +436,17 @@ async def connect(
 def transport_kind(request: pytest.FixtureRequest) -> str:
     kind: str = request.param
     return kind
+
+
+@pytest.fixture
+def curl() -> str:
+    """curl's path: a real client (.ci/run installs it; skipped where it is missing)."""
+    path = shutil.which("curl")
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail("curl is not installed (.ci/run installs it)")
+        pytest.skip("curl is not installed")
+    return path
 
 
 @pytest.fixture(params=["unix", "tcp"])

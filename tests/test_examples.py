@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,16 +17,6 @@ from .subprocesses import env_importing_this_package
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "send_file.py"
 START_TIMEOUT = 30  # seconds for the example to listen
 CURL_TIMEOUT = 30  # seconds for one download
-
-
-@pytest.fixture
-def curl() -> str:
-    path = shutil.which("curl")
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("curl is not installed (.ci/run installs it)")
-        pytest.skip("curl is not installed")
-    return path
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ import importlib.util
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -109,16 +108,6 @@ def serve_with_run_app(fd: int, loop_name: str) -> None:
 
 
 # The tests.
-
-
-@pytest.fixture
-def curl() -> str:
-    path = shutil.which("curl")
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("curl is not installed (.ci/run installs it)")
-        pytest.skip("curl is not installed")
-    return path
 
 
 @pytest.fixture

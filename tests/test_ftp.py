@@ -1,0 +1,653 @@
+"""examples/ftp_server.py against real clients: ftplib (FTP, FTP_TLS) and curl, on both loops.
+
+The server runs as a subprocess (one per loop and configuration, shared by a module's
+tests); its log lines (stderr) say how each transfer went and which path it took, and
+/proc/PID/fd counts its descriptors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ftplib
+import hashlib
+import io
+import os
+import re
+import select
+import signal
+import socket
+import ssl
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import trustme
+
+from .conftest import pattern
+from .subprocesses import env_importing_this_package
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "ftp_server.py"
+START_TIMEOUT = 30  # seconds for the server to listen
+TIMEOUT = 30  # seconds for any one client operation
+MIB = 1024 * 1024
+HUGE = 64 * MIB  # more than loopback socket buffers hold: a RETR of it cannot end unread
+BIG = 256 * MIB
+
+
+# --- the server process -----------------------------------------------------------------
+
+
+class Server:
+    """examples/ftp_server.py in a child process: its port, its log, its descriptors."""
+
+    def __init__(self, args: list[str]) -> None:
+        if not EXAMPLE.exists():
+            pytest.skip("examples/ is not beside the tests (the tests of an installed package)")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(EXAMPLE), "--port", "0", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env_importing_this_package(),
+        )  # fmt: skip
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self.lines: list[str] = []
+        self._lock = threading.Lock()
+        ready, _, _ = select.select([self.proc.stdout], [], [], START_TIMEOUT)
+        if not ready:
+            self.stop()
+            pytest.fail(f"the server did not start within {START_TIMEOUT} s")
+        first = self.proc.stdout.readline()
+        match = re.match(r"FTP server on 127\.0\.0\.1:(\d+) ", first)
+        if match is None:
+            self.stop()
+            pytest.fail(f"unexpected first line {first!r}: {self.proc.stderr.read()}")
+        self.port = int(match.group(1))
+        self._reader = threading.Thread(target=self._read_log, daemon=True)
+        self._reader.start()
+
+    def _read_log(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with self._lock:
+                self.lines.append(line.rstrip("\n"))
+
+    def log(self) -> list[str]:
+        with self._lock:
+            return list(self.lines)
+
+    def wait_log(self, regex: str, timeout: float = 10) -> re.Match[str]:
+        """The first log line matching `regex`, waiting for it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in self.log():
+                found = re.search(regex, line)
+                if found:
+                    return found
+            assert time.monotonic() < deadline, f"no log line matches {regex!r}: {self.log()[-30:]}"
+            time.sleep(0.02)
+
+    def fds(self) -> int:
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+    def stop(self, sig: int = signal.SIGINT) -> int | None:
+        """Stops it with `sig`; its exit status (None if it had to be killed)."""
+        status = None
+        try:
+            if self.proc.poll() is None:
+                self.proc.send_signal(sig)
+                status = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            if hasattr(self, "_reader"):
+                self._reader.join(5)
+            for pipe in (self.proc.stdout, self.proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+        return status
+
+
+@contextlib.contextmanager
+def running(args: list[str]) -> Iterator[Server]:
+    server = Server(args)
+    try:
+        yield server
+    finally:
+        status = server.stop()
+    assert status == 0, f"exit status {status}: {server.log()[-20:]}"
+    assert not [line for line in server.log() if "Traceback" in line], server.log()
+
+
+# --- fixtures: files, certificates, servers -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """base/root is served; base/outside holds what must never be reached."""
+    base = tmp_path_factory.mktemp("ftp")
+    root, outside = base / "root", base / "outside"
+    (root / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret.txt").write_bytes(b"secret")
+    (base / "secret.txt").write_bytes(b"secret")
+    (root / "empty.bin").write_bytes(b"")
+    (root / "one.bin").write_bytes(pattern(MIB, seed=1))
+    (root / "sub" / "inner.txt").write_bytes(b"inner\n")
+    with open(root / "huge.bin", "wb") as f:  # sparse, a pattern at its start
+        f.write(pattern(MIB))
+        f.truncate(HUGE)
+    with open(root / "big.bin", "wb") as f:  # sparse, a pattern every 16 MiB
+        for n in range(BIG // (16 * MIB)):
+            f.seek(n * 16 * MIB)
+            f.write(pattern(64 * 1024, seed=n))
+        f.truncate(BIG)
+    (root / "escape").symlink_to(outside)  # a symlink out of the root
+    (root / "leak.txt").symlink_to(outside / "secret.txt")
+    (root / "inner").symlink_to("sub")  # one that stays inside
+    return base
+
+
+@pytest.fixture(scope="module")
+def tls_files(tls_ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("tls")
+    cert = tls_ca.issue_cert("localhost", "127.0.0.1")
+    files = {"cert": base / "cert.pem", "key": base / "key.pem", "ca": base / "ca.pem"}
+    cert.cert_chain_pems[0].write_to_path(str(files["cert"]))
+    for blob in cert.cert_chain_pems[1:]:
+        blob.write_to_path(str(files["cert"]), append=True)
+    cert.private_key_pem.write_to_path(str(files["key"]))
+    tls_ca.cert_pem.write_to_path(str(files["ca"]))
+    return files
+
+
+@pytest.fixture(scope="module")
+def client_tls(tls_ca: trustme.CA) -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    tls_ca.configure_trust(context)
+    return context
+
+
+@pytest.fixture(scope="module", params=["asyncio", "uvloop"])
+def loop_name(request: pytest.FixtureRequest) -> str:
+    if request.param == "uvloop":
+        pytest.importorskip("uvloop")
+    name: str = request.param
+    return name
+
+
+def tls_args(files: dict[str, Path]) -> list[str]:
+    return ["--tls-cert", str(files["cert"]), "--tls-key", str(files["key"])]
+
+
+@pytest.fixture(scope="module")
+def server(loop_name: str, tree: Path, tls_files: dict[str, Path]) -> Iterator[Server]:
+    """alice may write, bob may not, anonymous reads; TLS offered; active mode allowed."""
+    with running([
+        "--root", str(tree / "root"), "--loop", loop_name, "--user", "alice:pw:rw",
+        "--user", "bob:pw", "--anonymous", "--active", "--max-conns-per-ip", "50",
+        "--idle-timeout", "20", *tls_args(tls_files),
+    ]) as srv:  # fmt: skip
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def strict(loop_name: str, tree: Path, tls_files: dict[str, Path]) -> Iterator[Server]:
+    """TLS required, 2 connections per address, 1 s idle timeout, no active mode."""
+    with running([
+        "--root", str(tree / "root"), "--loop", loop_name, "--user", "alice:pw",
+        "--write", "--tls-required", "--max-conns-per-ip", "2", "--idle-timeout", "1",
+        "--passive-ports", "50100-50199", *tls_args(tls_files),
+    ]) as srv:  # fmt: skip
+        yield srv
+
+
+@pytest.fixture
+def name(request: pytest.FixtureRequest) -> str:
+    """A file name of this test's own in the shared root."""
+    return re.sub(r"\W", "_", request.node.name) + ".bin"
+
+
+# --- clients ------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def ftp(
+    server: Server, user: str = "alice", password: str = "pw", tls: ssl.SSLContext | None = None
+) -> Iterator[ftplib.FTP]:
+    """A logged-in ftplib client (FTP_TLS with PROT P when given a context)."""
+    client = ftplib.FTP_TLS(context=tls, timeout=TIMEOUT) if tls else ftplib.FTP(timeout=TIMEOUT)
+    try:
+        client.connect("127.0.0.1", server.port)
+        client.login(user, password)
+        if isinstance(client, ftplib.FTP_TLS):
+            client.prot_p()
+        yield client
+    finally:
+        client.close()
+
+
+def download(client: ftplib.FTP, path: str, rest: int | None = None) -> bytes:
+    chunks: list[bytes] = []
+    client.retrbinary(f"RETR {path}", chunks.append, blocksize=MIB, rest=rest)
+    return b"".join(chunks)
+
+
+def upload(client: ftplib.FTP, path: str, data: bytes, cmd: str = "STOR") -> None:
+    client.storbinary(f"{cmd} {path}", io.BytesIO(data), blocksize=MIB)
+
+
+def run_curl(curl: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [curl, "--silent", "--show-error", "--max-time", str(TIMEOUT), *args],
+        capture_output=True, timeout=TIMEOUT + 10,
+    )  # fmt: skip
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(4 * MIB):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def reset(sock: socket.socket) -> None:
+    """Closes with RST, as a client that vanished."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def greeted(server: Server) -> socket.socket:
+    """A control connection the server greeted with 220; retried while it refuses (421)
+    because sessions of earlier tests have not ended yet."""
+    deadline = time.monotonic() + 5
+    while True:
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT)
+        greeting = sock.recv(1024)
+        if greeting.startswith(b"220") or time.monotonic() > deadline:
+            assert greeting.startswith(b"220"), greeting
+            return sock
+        sock.close()
+        time.sleep(0.05)
+
+
+def perm_code(call: Callable[[], object]) -> str:
+    with pytest.raises(ftplib.error_perm) as caught:
+        call()
+    return str(caught.value)[:3]
+
+
+# --- login, listings, information --------------------------------------------------------
+
+
+def test_login_listings_and_facts(server: Server, tree: Path) -> None:
+    root = tree / "root"
+    with ftp(server) as client:
+        assert client.sendcmd("SYST").startswith("215 UNIX")
+        feat = client.sendcmd("FEAT")
+        for feature in ("EPSV", "MLST", "REST STREAM", "SIZE", "MDTM", "UTF8", "AUTH TLS"):
+            assert f"\n {feature}" in feat
+        assert client.sendcmd("OPTS UTF8 ON").startswith("200")
+        assert client.pwd() == "/"
+        listing: list[str] = []
+        client.dir(listing.append)
+        by_name = {line.split()[-1]: line for line in listing}
+        assert {"empty.bin", "one.bin", "sub", "huge.bin"} <= set(by_name)
+        assert by_name["sub"].startswith("d")
+        assert by_name["one.bin"].split()[4] == str(MIB)
+        assert set(client.nlst("sub")) == {"inner.txt"}
+        facts = dict(client.mlsd())
+        assert facts["one.bin"]["type"] == "file" and facts["one.bin"]["size"] == str(MIB)
+        assert facts["sub"]["type"] == "dir" and facts["."]["type"] == "cdir"
+        mtime = time.strftime("%Y%m%d%H%M%S", time.gmtime((root / "one.bin").stat().st_mtime))
+        assert facts["one.bin"]["modify"] == mtime  # UTC
+        assert client.sendcmd("MDTM one.bin") == f"213 {mtime}"
+        assert client.size("one.bin") == MIB
+        assert "type=dir;" in client.sendcmd("MLST sub")
+        client.cwd("sub")
+        assert client.pwd() == "/sub"
+        client.cwd("/inner")  # a symlink inside the root
+        assert client.nlst() == ["inner.txt"]
+        client.sendcmd("CDUP")
+        assert client.pwd() == "/"
+        client.cwd("..")  # ".." at the root stays there
+        assert client.pwd() == "/"
+        assert client.voidcmd("NOOP").startswith("200")
+    server.wait_log(r"alice> MLSD")
+
+
+def test_bad_password_and_unknown_commands(server: Server) -> None:
+    client = ftplib.FTP(timeout=TIMEOUT)
+    try:
+        client.connect("127.0.0.1", server.port)
+        assert perm_code(lambda: client.login("alice", "wrong")) == "530"
+        assert perm_code(lambda: client.sendcmd("RETR one.bin")) == "530"  # not logged in
+        client.login("alice", "pw")
+        assert perm_code(lambda: client.sendcmd("SITE CHMOD 777 one.bin")) == "502"
+        assert perm_code(lambda: client.sendcmd("TYPE E")) == "504"
+    finally:
+        client.close()
+
+
+# --- transfers: byte-exact, both clients ---------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [0, MIB])
+def test_ftplib_downloads_and_uploads(server: Server, tree: Path, size: int, name: str) -> None:
+    data = pattern(size, seed=7)
+    with ftp(server) as client:
+        upload(client, name, data)
+        assert (tree / "root" / name).read_bytes() == data
+        assert download(client, name) == data
+        assert client.size(name) == size
+        upload(client, name, data, cmd="APPE")
+        assert download(client, name) == data + data
+        client.delete(name)
+    server.wait_log(rf"STOR /{name} {size} bytes [\d.]+ s zerocopy ok")
+    server.wait_log(rf"RETR /{name} {size} bytes [\d.]+ s (quick|zerocopy) ok")
+
+
+@pytest.mark.parametrize("size", [0, MIB])
+def test_curl_downloads_and_uploads(
+    server: Server, curl: str, tree: Path, tmp_path: Path, size: int, name: str
+) -> None:
+    source = tmp_path / "source.bin"
+    source.write_bytes(pattern(size, seed=3))
+    url = f"ftp://alice:pw@127.0.0.1:{server.port}/sub/{name}"
+    done = run_curl(curl, "-T", str(source), url)
+    assert done.returncode == 0, done.stderr
+    assert (tree / "root" / "sub" / name).read_bytes() == source.read_bytes()
+    copy = tmp_path / "copy.bin"
+    done = run_curl(curl, "-o", str(copy), url)
+    assert done.returncode == 0, done.stderr
+    assert copy.read_bytes() == source.read_bytes()
+    listing = run_curl(curl, f"ftp://alice:pw@127.0.0.1:{server.port}/sub/")
+    assert name in listing.stdout.decode() and "inner.txt" in listing.stdout.decode()
+    names = run_curl(curl, "--list-only", f"ftp://alice:pw@127.0.0.1:{server.port}/sub/")
+    assert name in names.stdout.decode().split()
+    (tree / "root" / "sub" / name).unlink()
+
+
+@pytest.mark.slow
+def test_256_mib_both_ways(server: Server, tree: Path, name: str) -> None:
+    root = tree / "root"
+    digest = hashlib.sha256()
+    with ftp(server) as client:
+        client.retrbinary("RETR big.bin", digest.update, blocksize=MIB)
+        assert digest.hexdigest() == sha256(root / "big.bin")
+        with open(root / "big.bin", "rb") as f:
+            client.storbinary(f"STOR {name}", f, blocksize=MIB)
+    try:
+        assert (root / name).stat().st_size == BIG
+        assert sha256(root / name) == digest.hexdigest()
+    finally:
+        (root / name).unlink()
+    server.wait_log(rf"RETR /big.bin {BIG} bytes [\d.]+ s zerocopy ok")
+    server.wait_log(rf"STOR /{name} {BIG} bytes [\d.]+ s zerocopy ok")
+
+
+def test_rest_resumes_downloads_and_uploads(server: Server, tree: Path, name: str) -> None:
+    data = pattern(MIB, seed=1)
+    with ftp(server) as client:
+        assert download(client, "one.bin", rest=12345) == data[12345:]
+        assert download(client, "one.bin", rest=MIB) == b""
+        upload(client, name, data[:1000] + b"x" * 500)  # an upload cut short, then resumed
+        client.storbinary(f"STOR {name}", io.BytesIO(data[1000:]), rest=1000)
+        assert (tree / "root" / name).read_bytes() == data
+        client.delete(name)
+
+
+def test_rename_delete_mkdir_rmd(server: Server, tree: Path, name: str) -> None:
+    root = tree / "root"
+    with ftp(server) as client:
+        assert client.mkd("made") == "/made"
+        upload(client, f"made/{name}", b"data")
+        client.rename(f"made/{name}", "made/renamed.bin")
+        assert (root / "made" / "renamed.bin").read_bytes() == b"data"
+        assert perm_code(lambda: client.rmd("made")) == "550"  # not empty
+        assert perm_code(lambda: client.delete("made")) == "550"  # a directory
+        client.delete("made/renamed.bin")
+        client.rmd("made")
+        assert not (root / "made").exists()
+        assert perm_code(lambda: client.delete("nothing.bin")) == "550"
+        assert perm_code(lambda: client.sendcmd("RNTO x")) == "503"  # no RNFR
+
+
+# --- rights and confinement ----------------------------------------------------------------
+
+
+def test_read_only_user_and_anonymous(server: Server, tree: Path, name: str) -> None:
+    root = tree / "root"
+    for user, password in (("bob", "pw"), ("anonymous", "guest@")):
+        with ftp(server, user, password) as client:
+            assert download(client, "one.bin") == pattern(MIB, seed=1)
+            assert perm_code(lambda c=client: upload(c, name, b"x")) in ("550", "553")
+            assert perm_code(lambda c=client: upload(c, "one.bin", b"x", "APPE")) == "550"
+            assert perm_code(lambda c=client: c.delete("one.bin")) == "550"
+            assert perm_code(lambda c=client: c.mkd("newdir")) == "550"
+            assert perm_code(lambda c=client: c.rmd("sub")) == "550"
+            assert perm_code(lambda c=client: c.sendcmd("RNFR one.bin")) == "550"
+            assert dict(client.mlsd())["one.bin"]["perm"] == "r"
+    assert not (root / name).exists() and not (root / "newdir").exists()
+    assert (root / "one.bin").stat().st_size == MIB
+
+
+def test_paths_outside_the_root_are_refused(server: Server, tree: Path) -> None:
+    secret = tree / "outside" / "secret.txt"
+    with ftp(server) as client:
+        for path in ("../secret.txt", "../../secret.txt", str(secret), str(tree / "secret.txt"),
+                     "leak.txt", "escape/secret.txt", "sub/../../secret.txt"):  # fmt: skip
+            with pytest.raises(ftplib.error_perm) as caught:
+                download(client, path)
+            assert str(caught.value)[:3] == "550", path
+            assert str(tree) not in str(caught.value)  # no host path in a reply
+        assert perm_code(lambda: client.cwd("escape")) == "550"
+        assert perm_code(lambda: client.size("leak.txt")) == "550"
+        assert perm_code(lambda: client.nlst("escape")) == "550"
+        assert perm_code(lambda: upload(client, "escape/new.txt", b"x")) == "553"
+        assert perm_code(lambda: upload(client, "leak.txt", b"x")) == "553"
+        assert perm_code(lambda: client.mkd("escape/newdir")) == "553"
+        assert perm_code(lambda: client.sendcmd("RNFR escape/secret.txt")) == "553"
+        assert perm_code(lambda: client.rmd("/")) == "553"
+        # An absolute path and ".." are the root's, never the host's: this lands inside.
+        upload(client, "../../up.txt", b"inside")
+        client.delete("/up.txt")
+        listing: list[str] = []
+        client.dir(listing.append)  # a symlink out is listed, not followed
+        assert any(line.endswith("leak.txt") and line.startswith("l") for line in listing)
+    assert secret.read_bytes() == b"secret"
+    assert sorted(p.name for p in (tree / "outside").iterdir()) == ["secret.txt"]
+    assert not (tree / "up.txt").exists() and not (tree / "root" / "up.txt").exists()
+
+
+# --- FTPS -------------------------------------------------------------------------------------
+
+
+def test_ftplib_over_tls(server: Server, client_tls: ssl.SSLContext, tree: Path, name: str) -> None:
+    data = pattern(MIB, seed=5)
+    with ftp(server, tls=client_tls) as client:
+        assert isinstance(client.sock, ssl.SSLSocket)
+        upload(client, name, data)
+        assert download(client, name) == data
+        assert name in client.nlst()
+        client.delete(name)
+    server.wait_log(rf"STOR /{name} {MIB} bytes [\d.]+ s buffered ok")
+    server.wait_log(rf"RETR /{name} {MIB} bytes [\d.]+ s buffered ok")
+
+
+def test_curl_ssl_reqd_downloads_and_lists(
+    server: Server, curl: str, tls_files: dict[str, Path], tmp_path: Path
+) -> None:
+    tls = ["--ssl-reqd", "--cacert", str(tls_files["ca"])]
+    copy = tmp_path / "copy.bin"
+    done = run_curl(curl, *tls, "-o", str(copy), f"ftp://alice:pw@127.0.0.1:{server.port}/one.bin")
+    assert done.returncode == 0, done.stderr
+    assert copy.read_bytes() == pattern(MIB, seed=1)
+    listing = run_curl(curl, *tls, f"ftp://alice:pw@127.0.0.1:{server.port}/sub/")
+    assert listing.returncode == 0 and "inner.txt" in listing.stdout.decode()
+    server.wait_log(rf"RETR /one.bin {MIB} bytes [\d.]+ s buffered ok")
+
+
+def test_curl_ssl_reqd_uploads(
+    server: Server, curl: str, tls_files: dict[str, Path], tmp_path: Path, name: str,
+    tree: Path, loop_name: str, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    if loop_name == "uvloop":
+        # uvloop's TLS transport drops the last records of an upload when the client
+        # sends close_notify and closes at once, as curl does: a plain StreamReader
+        # loses them too (not aiosendfile's doing; ftplib, which waits for the
+        # server's close_notify, is not affected).  Strict: passes once uvloop is fixed.
+        request.applymarker(pytest.mark.xfail(strict=True, reason="uvloop drops TLS data"))
+    source = tmp_path / "source.bin"
+    source.write_bytes(pattern(MIB, seed=9))
+    url = f"ftp://alice:pw@127.0.0.1:{server.port}/{name}"
+    tls = ["--ssl-reqd", "--cacert", str(tls_files["ca"])]
+    try:
+        done = run_curl(curl, *tls, "-T", str(source), url)
+        assert done.returncode == 0, done.stderr
+        line = server.wait_log(rf"STOR /{name} (\d+) bytes [\d.]+ s buffered ok")
+        assert int(line.group(1)) == MIB
+        copy = tmp_path / "copy.bin"
+        done = run_curl(curl, *tls, "-o", str(copy), url)
+        assert done.returncode == 0, done.stderr
+        assert copy.read_bytes() == source.read_bytes()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            (tree / "root" / name).unlink()
+
+
+def test_tls_required_refuses_plain(strict: Server, client_tls: ssl.SSLContext) -> None:
+    client = ftplib.FTP(timeout=TIMEOUT)
+    try:
+        client.connect("127.0.0.1", strict.port)
+        assert perm_code(lambda: client.login("alice", "pw")) == "530"
+    finally:
+        client.close()
+    secure = ftplib.FTP_TLS(context=client_tls, timeout=TIMEOUT)
+    try:
+        secure.connect("127.0.0.1", strict.port)
+        secure.login("alice", "pw")
+        assert perm_code(lambda: download(secure, "one.bin")) == "521"  # PROT C
+        assert perm_code(lambda: secure.prot_c()) == "534"
+        secure.prot_p()
+        assert download(secure, "one.bin") == pattern(MIB, seed=1)
+    finally:
+        secure.close()
+
+
+# --- ABOR, vanishing clients, limits ---------------------------------------------------------
+
+
+def test_abor_during_a_large_retr(server: Server) -> None:
+    with ftp(server) as client:
+        with client.transfercmd("RETR huge.bin") as conn:
+            assert conn.recv(65536)
+            assert client.abort().startswith("426")  # ABOR sent as urgent data
+        assert client.getresp().startswith("226")
+        assert download(client, "one.bin") == pattern(MIB, seed=1)  # the session goes on
+        # The RFC 959 way: Telnet IP, then Synch (IAC DM as urgent data), then ABOR.
+        with client.transfercmd("RETR huge.bin") as conn:
+            assert conn.recv(65536)
+            assert client.sock is not None
+            client.sock.sendall(b"\xff\xf4\xff")
+            client.sock.sendall(b"\xf2", socket.MSG_OOB)
+            client.sock.sendall(b"ABOR\r\n")
+            assert client.getline().startswith("426")
+        assert client.getresp().startswith("226")
+        assert client.voidcmd("NOOP").startswith("200")
+    server.wait_log(r"RETR /huge.bin \d+ bytes [\d.]+ s zerocopy aborted")
+
+
+def test_client_vanishing_mid_transfer(server: Server, name: str) -> None:
+    with ftp(server) as client:  # warm up: the receive pipe pool, the executor
+        upload(client, name, pattern(MIB))
+        download(client, name)
+    baseline = server.fds()
+    for command in ("RETR huge.bin", f"STOR {name}"):
+        client = ftplib.FTP(timeout=TIMEOUT)
+        client.connect("127.0.0.1", server.port)
+        client.login("alice", "pw")
+        conn = client.transfercmd(command)
+        if command.startswith("RETR"):
+            assert conn.recv(65536)
+        else:
+            conn.sendall(pattern(4 * MIB))
+        reset(conn)
+        assert client.sock is not None
+        reset(client.sock)
+        client.close()
+        verb = command.split()[0]
+        server.wait_log(rf"{verb} /\S+ \d+ bytes [\d.]+ s zerocopy (aborted|failed)")
+    deadline = time.monotonic() + 10
+    while server.fds() > baseline and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.fds() <= baseline, os.listdir(f"/proc/{server.proc.pid}/fd")
+    with ftp(server) as client:  # healthy
+        assert download(client, "one.bin") == pattern(MIB, seed=1)
+        client.delete(name)
+
+
+def test_active_mode(server: Server, strict: Server, client_tls: ssl.SSLContext) -> None:
+    with ftp(server) as client:
+        client.set_pasv(False)  # PORT
+        assert download(client, "one.bin") == pattern(MIB, seed=1)
+        assert perm_code(lambda: client.sendcmd("PORT 10,0,0,1,200,1")) == "501"  # elsewhere
+        assert perm_code(lambda: client.sendcmd("EPRT |1|127.0.0.1|80|")) == "501"
+        listener = socket.create_server(("127.0.0.1", 0))
+        with listener:
+            client.sendcmd(f"EPRT |1|127.0.0.1|{listener.getsockname()[1]}|")
+            client.sendcmd("TYPE I")
+            assert client.sendcmd("RETR one.bin").startswith("150")
+            data, _ = listener.accept()
+            with data:
+                received = b""
+                while chunk := data.recv(MIB):
+                    received += chunk
+            assert client.voidresp().startswith("226")
+        assert received == pattern(MIB, seed=1)
+    with ftp(server, tls=client_tls) as secure:  # PROT P: the server is the TLS server
+        secure.set_pasv(False)
+        assert download(secure, "one.bin") == pattern(MIB, seed=1)
+    with ftp(strict, tls=client_tls) as secure:
+        assert perm_code(lambda: secure.sendcmd("PORT 127,0,0,1,200,1")) == "502"
+
+
+def test_connections_per_ip_and_idle_timeouts(strict: Server, client_tls: ssl.SSLContext) -> None:
+    first, second = greeted(strict), greeted(strict)  # once earlier tests' sessions ended
+    with first, second:
+        with socket.create_connection(("127.0.0.1", strict.port), timeout=TIMEOUT) as third:
+            assert third.recv(1024).startswith(b"421")
+            assert third.recv(1024) == b""
+        # both idle past 1 s: told so, then closed
+        started = time.monotonic()
+        assert first.recv(1024).startswith(b"421")
+        assert first.recv(1024) == b""
+        assert 0.5 < time.monotonic() - started < 5
+    # The slots are free again; a data connection never opened times out too.
+    time.sleep(0.3)
+    with ftp(strict, tls=client_tls) as client:
+        client.sendcmd("PASV")
+        client.sendcmd("TYPE I")
+        with pytest.raises(ftplib.error_temp) as caught:
+            client.sendcmd("RETR one.bin")
+            client.voidresp()
+        assert str(caught.value).startswith("425")
+        port = int(client.sendcmd("EPSV").split("|")[3])
+        assert 50100 <= port <= 50199
+
+
+def test_sigterm_stops_it(tree: Path, loop_name: str) -> None:
+    server = Server(["--root", str(tree / "root"), "--loop", loop_name, "--anonymous"])
+    try:
+        with ftp(server, "anonymous", "x") as client:
+            assert client.nlst("sub") == ["inner.txt"]
+    finally:
+        status = server.stop(signal.SIGTERM)
+    assert status == 0, server.log()
