@@ -38,8 +38,12 @@ async def send(
 
     See the README for the full contract.
     """
-    if type(offset) is not int or not 0 <= offset <= MAX_FILE_POSITION or count is not None:
-        count = _checked_range(offset, count)  # the common case (an offset, to the end) skips it
+    if (
+        type(offset) is not int
+        or not 0 <= offset <= MAX_FILE_POSITION
+        or (count is not None and (type(count) is not int or not 0 <= count <= MAX_FILE_POSITION))
+    ):
+        count = _checked_range(offset, count)  # the common cases (plain ints) skip the call
     if trailers is None and progress is None:
         quick = send_quick(writer, file, offset, count, headers)
         if quick is not None:
