@@ -7,6 +7,8 @@ One module per job:
 - ``serving.py``    how a row serves connections: a thread each, or an asyncio server
                     (with the lag probe, for the lag workload)
 - ``webapp.py``     the aiohttp rows' server: an aiohttp app answering with a FileResponse
+- ``ftp.py``        the ftp workloads' rows: FTP server programs (examples/ftp_server.py,
+                    pyftpdlib, aioftp) against curl, measured without server.py and receiver.py
 - ``server.py``     the server process of one measurement; measures its own CPU and memory
 - ``receiver.py``   the receiver process, the other end: kernel discard on TCP, real
                     decryption on TLS; the sending end of uploads; an HTTP/1.1 client

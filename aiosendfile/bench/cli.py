@@ -5,7 +5,8 @@ certificates), then measures: for each workload, every row once per run, the
 rows interleaved and their order rotated from run to run, since a small,
 shared VM's throughput drifts several-fold between repetitions.  Each
 measurement is a server process of its own plus the one receiver process
-(runner.py).  Prints Markdown tables on stdout, a progress bar on stderr.
+(runner.py); the ftp workloads' rows are FTP server programs against curl
+(ftp.py).  Prints Markdown tables on stdout, a progress bar on stderr.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import files, report, runner, senders, targets
+from . import files, ftp, report, runner, senders, targets
 from .files import Served
 from .progress import Progress
 from .results import Failure, Sample, Section, summarize
@@ -67,8 +68,12 @@ WORKLOAD_NAMES = (
     "http-large",
     "http-64k",
 )
-# --workloads shorthands: small is both small-file workloads, http both HTTP ones.
-WORKLOAD_ALIASES = {"small": "small-*", "http": "http-*"}
+# Run only when named (--workloads ftp): they need curl, pyftpdlib, aioftp and a checkout's
+# examples/ftp_server.py.
+OPT_IN_WORKLOADS = ("ftp-download", "ftp-upload")
+ALL_WORKLOADS = WORKLOAD_NAMES + OPT_IN_WORKLOADS
+# --workloads shorthands: small is both small-file workloads, http both HTTP ones, ftp both FTP.
+WORKLOAD_ALIASES = {"small": "small-*", "http": "http-*", "ftp": "ftp-*"}
 
 
 class UsageError(Exception):
@@ -117,9 +122,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "against the machine's limit (a blocking socket.sendfile thread), over 127.0.0.1: a "
         "large file, small files as request/response, concurrent downloads, TLS, the event "
         "loop's lag while cold and hot files download, uploads received into a file, and "
-        "aiohttp's FileResponse against aiosendfile's through a real HTTP/1.1 client. "
+        "aiohttp's FileResponse against aiosendfile's through a real HTTP/1.1 client; "
+        "with --workloads ftp, examples/ftp_server.py against pyftpdlib and aioftp through curl. "
         "Prints Markdown tables.",
-        epilog="Rows: " + ", ".join(REGISTRY) + ". Workloads: " + ", ".join(WORKLOAD_NAMES) + ".",
+        epilog="Rows: " + ", ".join(REGISTRY) + ". Workloads: " + ", ".join(ALL_WORKLOADS) + ".",
     )
     sizes = parser.add_argument_group("workloads")
     sizes.add_argument(
@@ -183,7 +189,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         metavar="NAMES",
         help="comma-separated workloads to run, with shell wildcards (default: all of "
         + ", ".join(WORKLOAD_NAMES)
-        + "; small is small-4k and small-64k, http is http-large and http-64k)",
+        + "; small is small-4k and small-64k, http is http-large and http-64k; ftp, "
+        "ftp-download and ftp-upload, run only when named)",
     )
     choice.add_argument(
         "--cpu",
@@ -218,8 +225,8 @@ def select_workloads(args: argparse.Namespace) -> list[Workload]:
     names = list(WORKLOAD_NAMES)
     if args.workloads:
         wanted = _patterns(args.workloads, WORKLOAD_ALIASES)
-        names = [name for name in names if any(fnmatch.fnmatchcase(name, p) for p in wanted)]
-        _check_patterns(wanted, WORKLOAD_NAMES, "workload")
+        names = [n for n in ALL_WORKLOADS if any(fnmatch.fnmatchcase(n, p) for p in wanted)]
+        _check_patterns(wanted, ALL_WORKLOADS, "workload")
     # A few untimed responses first; the first of them is checked byte for byte.
     warmup = max(1, min(100, args.requests // 20))
     delay = args.lag_delay / 1000 if args.lag_disk == "fuse" else 0.0
@@ -249,6 +256,9 @@ def select_workloads(args: argparse.Namespace) -> list[Workload]:
             pinned=True,
             http=True,
         ),
+        # FTP servers against curl: the large file down, the upload's size up.
+        "ftp-download": Workload("ftp-download", "ftp", args.size),
+        "ftp-upload": Workload("ftp-upload", "ftp", args.upload_size),
     }
     for name, size in SMALL_SIZES.items():
         workloads[name] = Workload(
@@ -286,7 +296,7 @@ def missing(row: Sender, have_tls: bool) -> str | None:
             return f"{module} is not installed"
     if row.transport == "tls" and not have_tls:
         return "trustme is not installed (it makes the TLS rows' certificates)"
-    return None
+    return row.unavailable()
 
 
 def pinned_cpus(args: argparse.Namespace) -> tuple[int, ...]:
@@ -374,16 +384,14 @@ def measure_all(
                 continue  # it failed in an earlier run: its timeouts would only cost time
             label = f"{workload.name} run {run}/{runs} {row.name}"
             progress.show(done, label)
+            row_tls = tls if row.transport == "tls" else None
             try:
-                sample = runner.measure(
-                    row,
-                    workload,
-                    run,
-                    served[workload.name],
-                    receiver,
-                    tls if row.transport == "tls" else None,
-                    cpus,
-                )
+                if isinstance(row, ftp.FtpRow):  # a server program against curl
+                    sample = ftp.measure(row, workload, run, served[workload.name], row_tls)
+                else:
+                    sample = runner.measure(
+                        row, workload, run, served[workload.name], receiver, row_tls, cpus
+                    )
             except runner.MeasurementError as exc:
                 failures.append(Failure(workload.name, row.name, run, str(exc)))
                 broken.add((workload.name, row.name))
@@ -423,13 +431,13 @@ def _same_file(
     workload: Workload, workloads: Sequence[Workload], served: Mapping[str, Served]
 ) -> Served | None:
     """An earlier workload's file of the same size that `workload` can serve too:
-    one file (and page cache) instead of two."""
-    if workload.kind not in ("stream", "requests"):
+    one file (and page cache) instead of two.  An FTP upload sends such a file."""
+    if workload.kind not in ("stream", "requests", "ftp"):
         return None
     for other in workloads:
         if (
             other.name in served
-            and other.kind in ("stream", "requests")
+            and other.kind in ("stream", "requests", "ftp")
             and other.file_size == workload.file_size
         ):
             return served[other.name]
@@ -528,7 +536,7 @@ def _rotated(rows: Sequence[Sender], by: int) -> list[Sender]:
 
 def list_rows() -> None:
     for row in REGISTRY.values():
-        workloads = ", ".join(w for w in WORKLOAD_NAMES if w in row.workloads)
+        workloads = ", ".join(w for w in ALL_WORKLOADS if w in row.workloads)
         reason = missing(row, have_tls=True)  # trustme is checked when a run starts
         absent = f" (cannot run here: {reason})" if reason else ""
         print(f"{row.name:<28} {row.transport:<4} {workloads}{absent}\n    {row.title}")

@@ -65,7 +65,7 @@ def plot(
         left.set_title(section_title(section, pinned_cpus), fontsize=8.5, loc="left")
         left.set_xlabel(f"{section.workload.unit}, median (bars: min-max)", fontsize=8)
         ceiling = section.receiver_ceiling
-        peer = "sender" if section.workload.kind == "upload" else "receiver"
+        peer = {"upload": "sender", "ftp": "curl"}.get(section.workload.kind, "receiver")
         if ceiling is not None and ceiling < 2 * max(f.high for f in section.rows):
             left.axvline(ceiling, color="black", ls=":", lw=1)
             left.annotate(

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiosendfile
 
-from .results import MIB, Failure, RowFigures, Section
+from .results import MIB, Failure, RowFigures, Sample, Section
 from .targets import Verdict
 from .workloads import HEADER_SIZE, Workload
 
@@ -90,6 +90,8 @@ def markdown(run: Run) -> str:
         lines.append(LAG)
     if "upload" in kinds:
         lines.append(UPLOAD)
+    if "ftp" in kinds:
+        lines.append(FTP)
     for note in run.notes:
         lines.append(f"Note: {note}")
     if run.failures:
@@ -140,6 +142,20 @@ UPLOAD = (
     "+ sender adds the sending process's. The x usual columns are same-run ratios to the "
     "read-write row on the same loop, median over the runs."
 )
+FTP = (
+    "FTP: each row is an FTP server, a program of its own on 127.0.0.1 started for each "
+    "measurement, and the client is curl, one transfer per measurement: `curl -s -o /dev/null "
+    "ftp://...` down, `curl -s -T FILE ftp://...` up (over TLS with `--ssl-reqd -k`: AUTH TLS "
+    "and PROT P; aioftp has no AUTH TLS, so its TLS rows are implicit FTPS, `ftps://`). MB/s "
+    "is the file's bytes over curl's time_total (connect, login and transfer, through the "
+    "server's 226). Server CPU is the server process's user + system time (its CPU clock: "
+    "every thread, in ns) from just before curl starts to just after it exits; peak "
+    "RSS its VmHWM, reset first; + curl adds curl's own CPU (wait4). Every download's byte "
+    "count is checked, and every upload's size and SHA-256 against the file sent. The x "
+    "columns are same-run ratios to pyftpdlib and to aioftp as installed (over TLS, to "
+    "their TLS rows), median over the runs; the curl ceiling is what curl would move at 100 % "
+    "of a core, while the pyftpdlib row ran."
+)
 
 
 def section_title(section: Section, pinned_cpus: tuple[int, ...] | None = None) -> str:
@@ -174,6 +190,11 @@ def section_title(section: Section, pinned_cpus: tuple[int, ...] | None = None) 
         )
     if workload.kind == "upload":
         return f"Upload: {size} received into a file on one connection; {runs}"
+    if workload.kind == "ftp":
+        ftps = "FTPS" if section.transport == "tls" else "FTP"
+        if workload.name == "ftp-upload":
+            return f"{ftps} upload: {size} with curl -T (STOR); {runs}"
+        return f"{ftps} download: {size} with curl (RETR); {runs}"
     if workload.connections > 1:
         return (
             f"Concurrent{over}: {workload.connections} connections downloading "
@@ -196,6 +217,8 @@ def _section(section: Section, pinned_cpus: tuple[int, ...] | None) -> list[str]
         return lines + _lag_table(section)
     if section.workload.kind == "upload":
         return lines + _upload_table(section)
+    if section.workload.kind == "ftp":
+        return lines + _ftp_table(section)
     return lines + _send_table(section)
 
 
@@ -297,6 +320,29 @@ def _upload_table(section: Section) -> list[str]:
     return lines
 
 
+def _ftp_table(section: Section) -> list[str]:
+    """FTP servers: each compared, run for run, with pyftpdlib and aioftp (`references`)."""
+    pyftpdlib, aioftp = section.references or ("-", "-")
+    headers = ["row", "MB/s", "min-max", f"x {pyftpdlib}", f"x {aioftp}", "server CPU s/GiB"]
+    headers += [f"CPU x {pyftpdlib}", f"CPU x {aioftp}", "CPU + curl s/GiB", "peak RSS MiB"]
+    lines = _header(headers)
+    for figures in section.rows:
+        cells = [f"`{figures.row}`", _number(figures.value), _spread(figures)]
+        cells += [_ratio(figures.vs_limit), _ratio(figures.vs_asyncio), f"{figures.cpu:.2f}"]
+        cells += [_ratio(section.ratio(figures.row, ref, _cpu)) for ref in (pyftpdlib, aioftp)]
+        cells += [f"{figures.cpu + figures.receiver_cpu:.2f}", _mib(figures.rss_peak)]
+        lines.append(_row(cells))
+    if section.receiver_ceiling is not None:
+        cells = [_ceiling_name(section), _number(section.receiver_ceiling), ""]
+        cells += [""] * (len(headers) - len(cells) - 2) + [_busy(section), ""]
+        lines.append(_row(cells))
+    return lines
+
+
+def _cpu(sample: Sample) -> float:
+    return sample.cpu
+
+
 def _header(headers: Sequence[str]) -> list[str]:
     return [_row(headers), "| --- |" + " ---: |" * (len(headers) - 1)]
 
@@ -307,7 +353,7 @@ def _row(cells: Sequence[str]) -> str:
 
 def _ceiling_name(section: Section) -> str:
     """The last line of a table: how far the process at the other end could go."""
-    name = "sender ceiling" if section.workload.kind == "upload" else "receiver ceiling"
+    name = {"upload": "sender", "ftp": "curl"}.get(section.workload.kind, "receiver") + " ceiling"
     threads = section.receiver_threads
     return f"{name} ({threads} threads)" if threads > 1 else name
 

@@ -54,6 +54,11 @@ and keeps to the same protocol.  A row that needs another protocol (a real
 HTTP client, FTP commands) adds a mode to the receiver as well: the aiohttp
 rows (`AiohttpRow`) serve the http workloads with an aiohttp app
 (`aiosendfile.bench.webapp`), and the receiver speaks HTTP/1.1 to them.
+
+The FTP rows (`aiosendfile.bench.ftp`) are other programs (FTP servers, and
+curl as the client) and are measured by ``ftp.measure()``: they register here
+like the others, but never serve in a bench server process.  ``unavailable()``
+says why a row cannot run here (a program missing), or None.
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ SMALL_ONLY = frozenset({"small-4k", "small-64k"})
 LAG_ONLY = frozenset({"lag"})
 UPLOAD_ONLY = frozenset({"upload"})
 HTTP_ONLY = frozenset({"http-large", "http-64k"})
+FTP_ONLY = frozenset({"ftp-download", "ftp-upload"})
 CHUNK = 256 * 1024  # the buffered code's read size (aiohttp's FileResponse chunk)
 NO_EXTENSIONS = "AIOSENDFILE_NO_EXTENSIONS"  # forces aiosendfile's pure-Python core
 
@@ -89,9 +95,18 @@ REFERENCES: Mapping[Transport, tuple[str, str]] = {
 }
 
 
+# The FTP tables compare every row with these, run for run.
+FTP_REFERENCES: Mapping[Transport, tuple[str, str]] = {
+    "tcp": ("pyftpdlib", "aioftp"),
+    "tls": ("tls-pyftpdlib", "tls-aioftp"),
+}
+
+
 def references(workload: Workload, transport: Transport) -> tuple[str, str] | None:
     """The reference rows of a table; None for lag, upload and http, which have none
-    (their rows name a `baseline()` instead)."""
+    (their rows name a `baseline()` instead); the FTP servers it is compared with for ftp."""
+    if workload.kind == "ftp":
+        return FTP_REFERENCES[transport]
     if workload.http or workload.kind not in ("stream", "requests"):
         return None
     return REFERENCES[transport]
@@ -117,6 +132,10 @@ class Sender(abc.ABC):
 
     def baseline(self) -> str | None:
         """The row this one is compared with, run for run, in its table; None: none."""
+        return None
+
+    def unavailable(self) -> str | None:
+        """Why the row cannot run here beyond a missing module (`requires`), or None."""
         return None
 
 

@@ -78,7 +78,7 @@ def _targets() -> tuple[Target, ...]:
             Target("concurrent", "tcp", row, "value", ">=", 0.95, "loop.sendfile"),
             Target("concurrent", "tcp", row, "rss_growth", "<=", 10.0),
         ]
-    return tuple(targets + _http_targets())
+    return tuple(targets + _http_targets() + _ftp_targets())
 
 
 # HTTP, aiosendfile.aiohttp.FileResponse against aiohttp's own on the same loop: the
@@ -109,6 +109,28 @@ def _http_targets() -> list[Target]:
             ),
             Target("http-64k", "tcp", ours, "value", ">=", bound["64k"], theirs),
         ]
+    return targets
+
+
+# FTP, examples/ftp_server.py (send() and receive()) on either loop against pyftpdlib and
+# aioftp (as installed, and with 256 KiB blocks), plain: throughput (at least), and server
+# CPU per GiB the lowest of them (at most 1x each), both directions.
+FTP_BOUNDS = {
+    "ftp-download": {"pyftpdlib": 1.0, "aioftp": 2.0, "aioftp-256k": 1.2},
+    "ftp-upload": {"pyftpdlib": 1.2, "aioftp": 1.2},
+}
+FTP_CPU_REFS = ("pyftpdlib", "aioftp", "aioftp-256k")
+
+
+def _ftp_targets() -> list[Target]:
+    targets: list[Target] = []
+    for loop in ("asyncio", "uvloop"):
+        ours = f"ftp-example-{loop}"
+        for workload, bounds in FTP_BOUNDS.items():
+            for ref, bound in bounds.items():
+                targets.append(Target(workload, "tcp", ours, "value", ">=", bound, ref))
+            for ref in FTP_CPU_REFS:
+                targets.append(Target(workload, "tcp", ours, "cpu", "<=", 1.0, ref))
     return targets
 
 

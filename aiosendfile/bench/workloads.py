@@ -31,6 +31,10 @@ The wire protocol, over TCP (or TLS) on 127.0.0.1:
   keeps the connection open.  The receiver closes it after the last response
   (one for a stream, ``warmup + requests`` for requests).  Only body bytes
   count: the head is the server's and its size varies.
+- ``ftp`` workloads (``ftp-download``, ``ftp-upload``): real FTP servers,
+  programs of their own, against curl; they speak FTP, not this protocol, and
+  are measured by `aiosendfile.bench.ftp`, not by the server and receiver
+  processes.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ import json
 import random
 from typing import Any, Literal, Self
 
-Kind = Literal["stream", "requests", "files", "upload"]
+Kind = Literal["stream", "requests", "files", "upload", "ftp"]
 Transport = Literal["tcp", "tls"]
 
 REQUEST = b"GET /file HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"  # also a real HTTP/1.1 request
@@ -84,7 +88,7 @@ def upload_bytes(offset: int, size: int) -> bytes:
 class Workload:
     """What the receiver asks for and how it is timed."""
 
-    name: str  # "large", "small-4k", "small-64k", "concurrent", "lag", "upload", "http-*"
+    name: str  # "large", "small-4k", "small-64k", "concurrent", "lag", "upload", "http-*", "ftp-*"
     kind: Kind
     file_size: int  # bytes of the file each transfer or response carries
     connections: int = 1  # connections at once (stream and files workloads)
