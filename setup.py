@@ -23,11 +23,13 @@ extensions = [
             "csrc/cached_linux.c",
             "csrc/residency_linux.c",
             "csrc/splice_linux.c",
+            "csrc/open_linux.c",
         ],
         depends=[
             "csrc/asf_cached.h",
             "csrc/asf_config.h",
             "csrc/asf_errors.h",
+            "csrc/asf_open.h",
             "csrc/asf_residency.h",
             "csrc/asf_sendfile.h",
             "csrc/asf_splice.h",

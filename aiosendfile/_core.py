@@ -31,6 +31,8 @@ CachedStep = Callable[..., "tuple[int, int] | None"]
 ResidentCheck = Callable[[int, int, int], int]
 # splice_to_file(sock, pipe_r, pipe_w, file, offset, nbytes) -> bytes written
 SpliceStep = Callable[[int, int, int, int, int | None, int], int]
+# open_cached(path, flags) -> fd, only if resolving path waits for nothing (openat2 RESOLVE_CACHED)
+CachedOpen = Callable[["str | bytes | os.PathLike[str] | os.PathLike[bytes]", int], int]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Core:
     sendfile_cached: CachedStep
     resident: ResidentCheck
     splice_to_file: SpliceStep
+    open_cached: CachedOpen
     have_sendfile: bool  # a zero-copy send step exists on this platform
     have_splice: bool  # socket -> pipe -> file splice(2) exists
 
@@ -52,11 +55,12 @@ def load(name: str) -> Core:
         # Built on Linux only, where both system calls exist.  import_module, not
         # "from . import": a missing module must be a ModuleNotFoundError naming it.
         c = importlib.import_module(_C_CORE)
-        return Core("c", c.sendfile, c.sendfile_cached, c.resident, c.splice_to_file, True, True)
+        return Core("c", c.sendfile, c.sendfile_cached, c.resident, c.splice_to_file,
+                    c.open_cached, True, True)  # fmt: skip
     if name == "py":
         py = _core_py
         return Core("py", py.sendfile, py.sendfile_cached, py.resident, py.splice_to_file,
-                    py.HAVE_SENDFILE, py.HAVE_SPLICE)  # fmt: skip
+                    py.open_cached, py.HAVE_SENDFILE, py.HAVE_SPLICE)  # fmt: skip
     raise ValueError(f"unknown core {name!r}: expected 'c' or 'py'")
 
 

@@ -1,3 +1,5 @@
+import os
+
 from typing_extensions import Buffer
 
 def sendfile(
@@ -21,3 +23,4 @@ def resident(fd: int, offset: int, nbytes: int) -> int: ...
 def splice_to_file(
     sock: int, pipe_r: int, pipe_w: int, file: int, offset: int | None, nbytes: int
 ) -> int: ...
+def open_cached(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], flags: int) -> int: ...

@@ -11,6 +11,7 @@ import ctypes
 import errno
 import fcntl
 import mmap
+import operator
 import os
 import select
 import signal
@@ -74,10 +75,16 @@ def sendfile(
 
     See aiosendfile._core_c.sendfile for the contract; flags is ignored.
     """
-    del flags  # accepted for pysendfile compatibility
-    _check_arguments(offset, nbytes, out=out, in_=in_)
-    header = memoryview(header).cast("B")
-    trailer = memoryview(trailer).cast("B")
+    # Checked in the C core's order (csrc/module.c), so the same argument fails first.
+    out, in_ = _c_int(out), _c_int(in_)
+    _check_optional("offset", offset, negative_ok=True)
+    nbytes = _c_int(nbytes, _SSIZE_MAX)
+    header = _bytes_like(header)
+    trailer = _bytes_like(trailer)
+    _c_int(flags)  # accepted for pysendfile compatibility, and ignored
+    if (offset is not None and offset < 0) or nbytes < 0:
+        # sendfile(2) refuses them (pysendfile passes both through to it).
+        raise _os_error("sendfile", errno.EINVAL)
 
     with _SigpipeGuard():
         step = _Step(out, in_, offset, nbytes)
@@ -111,8 +118,12 @@ def sendfile_cached(
     offset not past its end, at most max_bytes owed from offset, every one of them
     cached, then one step.
     """
-    _check_arguments(offset, 0, out=out, in_=in_)
+    # Checked in the C core's order (csrc/module.c), so the same argument fails first.
+    out, in_ = _c_int(out), _c_int(in_)
+    _check_optional("offset", offset)
     _check_optional("count", count)
+    _bytes_like(header)  # refused now, as by the C core, whether the range is taken or not
+    max_bytes = _c_int(max_bytes, _SSIZE_MAX)
     if offset is None:
         raise TypeError("offset must be an int")
     if max_bytes < 0:
@@ -152,6 +163,12 @@ def resident(fd: int, offset: int, nbytes: int) -> int:
     pages.)  Raises OSError when the kernel cannot tell (no mincore here, or a
     file that cannot be mapped).
     """
+    # Checked in the C core's order (csrc/module.c), so the same argument fails first.
+    fd = _c_int(fd)
+    _check_optional("offset", offset)
+    nbytes = _c_int(nbytes, _SSIZE_MAX)
+    if offset is None:
+        raise TypeError("offset must be an int")
     if nbytes < 0:
         raise ValueError("nbytes must be >= 0")
     nbytes = min(nbytes, _RESIDENCY_MAX_BYTES)
@@ -311,7 +328,12 @@ def splice_to_file(
     The twin of aiosendfile._core_c.splice_to_file: same contract, same loop
     (csrc/splice_linux.c), one os.splice call per step.
     """
-    _check_arguments(offset, nbytes, sock=sock, pipe_r=pipe_r, pipe_w=pipe_w, file=file)
+    # Checked in the C core's order (csrc/module.c), so the same argument fails first.
+    sock, pipe_r, pipe_w, file = _c_int(sock), _c_int(pipe_r), _c_int(pipe_w), _c_int(file)
+    _check_optional("offset", offset)
+    nbytes = _c_int(nbytes, _SSIZE_MAX)
+    if nbytes < 0:
+        raise ValueError("nbytes must be >= 0")
     if not HAVE_SPLICE:
         raise _os_error("splice", errno.ENOSYS)
 
@@ -344,24 +366,43 @@ def splice_to_file(
     return written
 
 
-def _check_arguments(offset: int | None, nbytes: int, **fds: int) -> None:
-    """The C core's argument checks (csrc/module.c): ints, offset None or >= 0, nbytes >= 0."""
-    for name, value in (*fds.items(), ("nbytes", nbytes)):
-        if not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    _check_optional("offset", offset)
-    if nbytes < 0:
-        raise ValueError("nbytes must be >= 0")
-
-
-def _check_optional(name: str, value: int | None) -> None:
-    """None, or an int >= 0 (module.c's parse_optional_offset)."""
+def _check_optional(name: str, value: int | None, *, negative_ok: bool = False) -> None:
+    """None, or an int >= 0 that fits off_t (module.c's parse_optional_offset);
+    negative_ok: any int that fits (parse_optional_position)."""
     if value is None:
         return
     if not isinstance(value, int):
         raise TypeError(f"{name} must be an int or None, not {type(value).__name__}")
-    if value < 0:
+    if not _OFF_MIN <= value <= _OFF_MAX:
+        raise OverflowError(f"{name} does not fit in off_t")
+    if value < 0 and not negative_ok:
         raise ValueError(f"{name} must be >= 0")
+
+
+_OFF_MAX = 2**63 - 1  # off_t: the C core is built with 64-bit offsets
+_OFF_MIN = -(2**63)
+_INT_MAX = 2**31 - 1
+_SSIZE_MAX = 2**63 - 1 if struct.calcsize("P") == 8 else 2**31 - 1
+
+
+def _c_int(value: Any, maximum: int = _INT_MAX) -> int:
+    """value as PyArg_Parse's "i" (maximum: "n" with _SSIZE_MAX) takes it: an int or
+    anything with __index__, TypeError otherwise, OverflowError out of range."""
+    number = operator.index(value)
+    if not -maximum - 1 <= number <= maximum:
+        raise OverflowError(
+            f"Python int too large to convert to C {'int' if maximum == _INT_MAX else 'ssize_t'}"
+        )
+    return number
+
+
+def _bytes_like(obj: Buffer) -> memoryview:
+    """obj's bytes, as PyArg_Parse's "y*" takes them: TypeError for what has no buffer
+    (str, None), BufferError for a buffer that is not C-contiguous."""
+    view = memoryview(obj)
+    if not view.c_contiguous:
+        raise BufferError("memoryview: underlying buffer is not C-contiguous")
+    return view.cast("B")
 
 
 def pipe_content(pipe_r: int) -> int:
@@ -381,3 +422,54 @@ def _socket_readable(fd: int) -> bool:
     if revents & (select.POLLERR | select.POLLNVAL):
         return False
     return bool(revents & (select.POLLIN | select.POLLHUP))
+
+
+# openat2(2) (Linux >= 5.12 for RESOLVE_CACHED; syscall 437 on every architecture):
+# mirrors csrc/open_linux.c, through libc's syscall() since glibc has no wrapper.
+_NR_OPENAT2 = 437
+_RESOLVE_NO_XDEV = 0x01
+_RESOLVE_CACHED = 0x20
+_AT_FDCWD = -100
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
+                ("resolve", ctypes.c_uint64)]  # fmt: skip
+
+
+def open_cached(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], flags: int) -> int:
+    """Opens `path` only if resolving it waits for nothing: openat2(2) with RESOLVE_CACHED.
+
+    The twin of aiosendfile._core_c.open_cached: the directory first (O_PATH), then
+    the last component from it with RESOLVE_NO_XDEV; the descriptor is
+    non-inheritable.  BlockingIOError (EAGAIN) when a component is not cached,
+    EXDEV for a file on another mount, ENOSYS where openat2 cannot be called.
+    """
+    encoded = os.fsencode(path)
+    if b"\0" in encoded:
+        raise ValueError("embedded null byte")
+    if _libc is None or not hasattr(_libc, "syscall") or not hasattr(os, "O_PATH"):
+        raise _os_error("openat2", errno.ENOSYS)
+    head, slash, name = encoded.rpartition(b"/")
+    dirfd = _AT_FDCWD
+    if slash:
+        dirfd = _openat2(_AT_FDCWD, head or b"/", os.O_PATH | os.O_DIRECTORY, 0)
+    try:
+        return _openat2(dirfd, name, flags, _RESOLVE_NO_XDEV)
+    finally:
+        if dirfd != _AT_FDCWD:
+            os.close(dirfd)
+
+
+def _openat2(dirfd: int, path: bytes, flags: int, resolve: int) -> int:
+    how = _OpenHow(flags | os.O_CLOEXEC, 0, _RESOLVE_CACHED | resolve)
+    while True:
+        fd: int = _libc.syscall(
+            ctypes.c_long(_NR_OPENAT2), ctypes.c_long(dirfd), ctypes.c_char_p(path),
+            ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)),
+        )  # fmt: skip
+        if fd >= 0:
+            return fd
+        code = ctypes.get_errno()
+        if code != errno.EINTR:
+            raise _os_error("openat2", code)

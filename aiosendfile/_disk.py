@@ -1,7 +1,8 @@
 """Disk work off the loop: a few jobs at a time per loop, in the loop's default executor.
 
-send()'s reads (a cold file's pages, the buffered path's chunks) and receive()'s
-writes of bytes Python holds all go through this one queue.
+send()'s reads (a cold file's pages, the buffered path's chunks), receive()'s
+writes of bytes Python holds, and the opening and closing of paths that may
+wait on their filesystem (_files) all go through this one queue.
 
 The default executor is shut down with the loop (asyncio.run and uvloop.run
 call shutdown_default_executor), so no read outlives it, and at most
@@ -31,12 +32,19 @@ POPULATE_BUFFER = 1024 * 1024  # per worker thread, reused: the bytes are thrown
 class _Job:
     """One job waiting for a worker, and the descriptor it owns until it starts."""
 
-    __slots__ = ("fd", "result", "run")
+    __slots__ = ("discard", "fd", "result", "run")
 
-    def __init__(self, result: asyncio.Future[Any], run: Callable[[], Any], fd: int | None):
+    def __init__(
+        self,
+        result: asyncio.Future[Any],
+        run: Callable[[], Any],
+        fd: int | None,
+        discard: Callable[[Any], None] | None,
+    ):
         self.result = result
         self.run = run
         self.fd = fd  # a dup() the job closes once started; ours to close if it never starts
+        self.discard = discard  # given what a job returns once nobody waits for it
 
 
 class _JobQueue:
@@ -45,9 +53,11 @@ class _JobQueue:
         self.running = 0
         self.waiting: collections.deque[_Job] = collections.deque()
 
-    def submit(self, run: Callable[[], T], owned_fd: int | None) -> asyncio.Future[T]:
+    def submit(
+        self, run: Callable[[], T], owned_fd: int | None, discard: Callable[[T], None] | None
+    ) -> asyncio.Future[T]:
         result: asyncio.Future[T] = self.loop.create_future()
-        job = _Job(result, run, owned_fd)
+        job = _Job(result, run, owned_fd, discard)
         if owned_fd is not None:
             result.add_done_callback(functools.partial(_close_if_dropped, job))
         self.waiting.append(job)
@@ -66,14 +76,18 @@ class _JobQueue:
                 continue  # the result's callback closes the job's descriptor
             job.fd = None  # the job's own from now on: it closes it
             self.running += 1
-            running.add_done_callback(functools.partial(self._finished, job.result))
+            running.add_done_callback(functools.partial(self._finished, job))
 
-    def _finished(self, result: asyncio.Future[Any], running: asyncio.Future[Any]) -> None:
+    def _finished(self, job: _Job, running: asyncio.Future[Any]) -> None:
         self.running -= 1
+        result = job.result
         if running.cancelled():
             result.cancel()
         elif result.done():
-            running.exception()  # nobody waits for it any more: its error is nobody's
+            # Nobody waits for it any more: its error is nobody's, and what it made
+            # (an open file) is given up.
+            if running.exception() is None and job.discard is not None:
+                job.discard(running.result())
         elif running.exception() is not None:
             result.set_exception(running.exception())  # type: ignore[arg-type]
         else:
@@ -94,17 +108,24 @@ _queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _JobQueue] = (
 )
 
 
-def submit(job: Callable[[], T], *, owned_fd: int | None = None) -> asyncio.Future[T]:
+def submit(
+    job: Callable[[], T],
+    *,
+    owned_fd: int | None = None,
+    discard: Callable[[T], None] | None = None,
+) -> asyncio.Future[T]:
     """Runs `job` in a worker thread, at most MAX_JOBS at a time on this loop.
 
     `owned_fd` is a descriptor the job closes when it runs; if the job is cancelled
-    before it starts, the queue closes it instead.
+    before it starts, the queue closes it instead.  `discard` is called on the
+    loop with what the job returned when it finished after its caller stopped
+    waiting (cancelled): a job that opens a file closes it that way.
     """
     loop = asyncio.get_running_loop()
     queue = _queues.get(loop)
     if queue is None:
         queue = _queues[loop] = _JobQueue(loop)
-    return queue.submit(job, owned_fd)
+    return queue.submit(job, owned_fd, discard)
 
 
 def pread(fd: int, size: int, offset: int) -> asyncio.Future[bytes]:

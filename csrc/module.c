@@ -6,6 +6,7 @@
 
 #include "asf_cached.h"
 #include "asf_errors.h"
+#include "asf_open.h"
 #include "asf_residency.h"
 #include "asf_sendfile.h"
 #include "asf_splice.h"
@@ -15,8 +16,8 @@ typedef struct {
     off_t value;
 } optional_offset;
 
-/* None, or an int >= 0 that fits off_t (64-bit offsets); `name` is for the errors. */
-static int parse_optional_offset(PyObject *obj, const char *name, optional_offset *out)
+/* None, or an int that fits off_t (64-bit offsets); `name` is for the errors. */
+static int parse_optional_position(PyObject *obj, const char *name, optional_offset *out)
 {
     long long value;
 
@@ -32,10 +33,6 @@ static int parse_optional_offset(PyObject *obj, const char *name, optional_offse
     value = PyLong_AsLongLong(obj);
     if (value == -1 && PyErr_Occurred())
         return 0;
-    if (value < 0) {
-        PyErr_Format(PyExc_ValueError, "%s must be >= 0", name);
-        return 0;
-    }
     if ((long long)(off_t)value != value) {
         PyErr_Format(PyExc_OverflowError, "%s does not fit in off_t", name);
         return 0;
@@ -45,10 +42,28 @@ static int parse_optional_offset(PyObject *obj, const char *name, optional_offse
     return 1;
 }
 
-/* O& converters for the two arguments that take None or a file position or length. */
+/* None, or an int >= 0 that fits off_t. */
+static int parse_optional_offset(PyObject *obj, const char *name, optional_offset *out)
+{
+    if (!parse_optional_position(obj, name, out))
+        return 0;
+    if (out->given && out->value < 0) {
+        PyErr_Format(PyExc_ValueError, "%s must be >= 0", name);
+        return 0;
+    }
+    return 1;
+}
+
+/* O& converters for the arguments that take None or a file position or length. */
 static int convert_offset(PyObject *obj, void *out)
 {
     return parse_optional_offset(obj, "offset", out);
+}
+
+/* sendfile()'s offset: a negative one is for the kernel to refuse, as pysendfile lets it. */
+static int convert_any_offset(PyObject *obj, void *out)
+{
+    return parse_optional_position(obj, "offset", out);
 }
 
 static int convert_count(PyObject *obj, void *out)
@@ -73,6 +88,11 @@ static ssize_t cached_step(void *request, const char **call)
 static ssize_t splice_step(void *request, const char **call)
 {
     return asf_splice_to_file(request, call);
+}
+
+static ssize_t open_step(void *request, const char **call)
+{
+    return asf_open_cached(request, call);
 }
 
 /* Runs `step` with the GIL released; its count as an int, or OSError naming the call. */
@@ -111,7 +131,8 @@ that order); 0 at end of file. Raises OSError with the kernel's errno\n\
 (BlockingIOError for EAGAIN) only when nothing could be written, its message\n\
 naming the call that failed: \"sendfile: Broken pipe\" (send or write for\n\
 header and trailer). After a partial write the error comes back on the next\n\
-call. The header is sent with MSG_MORE so it shares a segment with the\n\
+call. A negative offset or nbytes is sendfile(2)'s EINVAL, raised before\n\
+anything is written. The header is sent with MSG_MORE so it shares a segment with the\n\
 file's first bytes. SIGPIPE raised by these calls is swallowed; the\n\
 process's disposition is not changed. flags is accepted for pysendfile\n\
 compatibility and ignored on Linux. The GIL is released around the system\n\
@@ -132,13 +153,15 @@ static PyObject *core_sendfile(PyObject *self, PyObject *args, PyObject *kwargs)
     header.buf = NULL;  /* y* leaves an omitted buffer untouched */
     trailer.buf = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iiO&n|y*y*i:sendfile",
-                                     kwlist, &out_fd, &in_fd, convert_offset,
+                                     kwlist, &out_fd, &in_fd, convert_any_offset,
                                      &offset, &nbytes, &header, &trailer,
                                      &flags))
         return NULL;
     (void)flags;
-    if (nbytes < 0) {
-        PyErr_SetString(PyExc_ValueError, "nbytes must be >= 0");
+    /* sendfile(2) refuses a negative offset or count with EINVAL (pysendfile passes
+     * both through to it): the same error, raised before anything is written. */
+    if ((offset.given && offset.value < 0) || nbytes < 0) {
+        asf_raise_errno(EINVAL, "sendfile");
         goto done;
     }
 
@@ -317,6 +340,40 @@ static PyObject *core_splice_to_file(PyObject *self, PyObject *args, PyObject *k
     return run_step(splice_step, &req);
 }
 
+PyDoc_STRVAR(open_cached_doc,
+"open_cached(path, flags) -> int\n\
+\n\
+Opens path (str, bytes or os.PathLike) with openat2(2) and RESOLVE_CACHED:\n\
+only if every component is in the dentry cache, so the call never waits for\n\
+a disk, a FUSE daemon or a server to resolve it. The directory is resolved\n\
+first, then the last component from it with RESOLVE_NO_XDEV: the file is on\n\
+its directory's filesystem (a symlink or bind mount leading elsewhere is\n\
+refused). Returns the descriptor, non-inheritable as os.open's. Raises\n\
+OSError naming openat2: BlockingIOError (EAGAIN) when a component is not\n\
+cached or flags ask for more than a lookup (O_CREAT, O_TRUNC), EXDEV for a\n\
+file on another mount, ENOSYS or EINVAL on kernels before 5.12. The\n\
+filesystem's own open is called as by open(2). The GIL is released around\n\
+the system calls.");
+
+static PyObject *core_open_cached(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"path", "flags", NULL};
+    PyObject *path;
+    int flags;
+    asf_open_request req;
+    PyObject *ret;
+
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&i:open_cached", kwlist,
+                                     PyUnicode_FSConverter, &path, &flags))
+        return NULL;
+    req.path = PyBytes_AS_STRING(path);
+    req.flags = flags;  /* PyUnicode_FSConverter refused embedded null bytes */
+    ret = run_step(open_step, &req);
+    Py_DECREF(path);
+    return ret;
+}
+
 static PyMethodDef core_methods[] = {
     {"sendfile", (PyCFunction)(void (*)(void))core_sendfile,
      METH_VARARGS | METH_KEYWORDS, sendfile_doc},
@@ -326,6 +383,8 @@ static PyMethodDef core_methods[] = {
      METH_VARARGS | METH_KEYWORDS, resident_doc},
     {"splice_to_file", (PyCFunction)(void (*)(void))core_splice_to_file,
      METH_VARARGS | METH_KEYWORDS, splice_to_file_doc},
+    {"open_cached", (PyCFunction)(void (*)(void))core_open_cached,
+     METH_VARARGS | METH_KEYWORDS, open_cached_doc},
     {NULL, NULL, 0, NULL},
 };
 

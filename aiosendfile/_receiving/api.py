@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from .. import _core
 from .._errors import IncompleteReceiveError, transport_closing
-from .._files import open_file_argument
+from .._files import close_file_argument, start_file_argument
 from .._progress import Progress
 from .._serial import end_turn, take_turn
 from .._transports import PathChoice, zero_copy_refusal
@@ -36,29 +37,93 @@ async def receive(
     """
     side = read_side(reader, writer)
     _check_arguments(count, offset, progress)
-    target = open_file_argument(file, "write", Target)
+    target = start_file_argument(file, "write", Target)
+    if not isinstance(target, Target):  # a path: a worker opens it
+        return await _receive_opening(side, target, count, offset, progress)
     try:
         start = target.start(offset)
         await take_turn(side.key)
-        try:
-            receipt = Receipt(side, target, start, count, progress)
-            try:
-                await _run(receipt)
-            except ConnectionError:
-                if not receipt.file_failed:  # a pipe as the file can raise BrokenPipeError
-                    side.transport.abort()  # as send(): a broken stream is closed, not reused
-                raise
-            finally:
-                side.restore()
-                target.set_position(receipt.position)
-        finally:
-            end_turn(side.key)
-        if count is not None and receipt.received < count:
-            raise IncompleteReceiveError(receipt.received, count)
-        receipt.report()
-        return receipt.received
+        return await _receive_in_turn(side, target, start, count, progress)
     finally:
         target.close()
+
+
+async def _receive_opening(
+    side: ReadSide,
+    opening: asyncio.Future[Target],
+    count: int | None,
+    offset: int | None,
+    progress: Progress | None,
+) -> int:
+    """receive() into a path a worker is opening (creating, truncating): the turn
+    is taken first, so receives still run in call order."""
+    try:
+        await take_turn(side.key)
+    except BaseException:
+        opening.cancel()  # a file the worker opens anyway is closed by the queue
+        raise
+    if side.transport.is_reading():
+        # What arrives while the worker opens stays in the socket, for splice(2): a
+        # raw transport's protocol would be handed it, a StreamReader would copy it.
+        # (A transport not reading, paused by its reader's flow control or by the
+        # application, receives nothing meanwhile and is left to _run.)
+        side.pause()
+    try:
+        target = await opening
+    except BaseException:
+        side.restore()
+        end_turn(side.key)
+        raise
+    try:
+        start = target.start(offset)
+    except BaseException:
+        try:
+            await close_file_argument(target)
+        finally:
+            side.restore()
+            end_turn(side.key)
+        raise
+    return await _receive_in_turn(side, target, start, count, progress, close=True)
+
+
+async def _receive_in_turn(
+    side: ReadSide,
+    target: Target,
+    start: int | None,
+    count: int | None,
+    progress: Progress | None,
+    *,
+    close: bool = False,
+) -> int:
+    """The rest of receive(), holding the turn on the reader (ended here).  With
+    `close`, the file is closed here (in a worker), before reading is restored: no
+    loop iteration passes between restoring it and returning, as without."""
+    try:
+        receipt = Receipt(side, target, start, count, progress)
+        try:
+            await _run(receipt)
+        except ConnectionError:
+            if not receipt.file_failed:  # a pipe as the file can raise BrokenPipeError
+                side.transport.abort()  # as send(): a broken stream is closed, not reused
+            raise
+        finally:
+            try:
+                target.set_position(receipt.position)
+                if close:
+                    close = False
+                    await close_file_argument(target)
+            finally:
+                side.restore()
+    finally:
+        try:
+            if close:  # Receipt() raised
+                await close_file_argument(target)
+        finally:
+            end_turn(side.key)
+    if count is not None and receipt.received < count:
+        raise IncompleteReceiveError(receipt.received, count)
+    receipt.report()
+    return receipt.received
 
 
 async def _run(receipt: Receipt) -> None:

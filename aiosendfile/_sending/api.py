@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 from .. import _core
 from .._errors import SendfileNotAvailableError, transport_closing
-from .._files import MAX_FILE_POSITION, open_file_argument
+from .._files import (
+    MAX_FILE_POSITION,
+    close_file_argument,
+    open_file_argument,
+    start_file_argument,
+)
 from .._progress import Progress
 from .._serial import claim_turn, end_turn, take_turn
 from .._transports import PathChoice, zero_copy_refusal
@@ -74,34 +80,22 @@ async def _send(
 ) -> int:
     """The general path, for arguments already checked (count None past any file's end)."""
     flow = Flow.of(writer)
-    source = open_file_argument(file, "read", Source)
+    source = start_file_argument(file, "read", Source)
+    if not isinstance(source, Source):  # a path a worker opens
+        return await _send_opening(
+            flow, source, offset, count, header, trailer, fallback, progress
+        )  # fmt: skip
     try:
         transport = flow.transport
-        if transport.is_closing():
-            raise transport_closing()
-        if offset and not source.seekable:
-            raise ValueError(f"offset must be 0 for a file that cannot seek (got {offset})")
-        if source.size is not None and offset > source.size:
-            _check_reachable(source, offset)
-        choice = _choose(flow, source)
-        if choice.path == "buffered" and not fallback:
-            raise SendfileNotAvailableError(f"zero-copy is not possible: {choice.reason}")
+        choice = _prepare(flow, source, offset, fallback)
         hold_writes(transport, flow.stream_writer)
         try:
             if not claim_turn(transport):  # the uncontended case costs no await
                 await take_turn(transport)
             try:
-                if transport.is_closing():
-                    raise transport_closing()
-                transfer = Transfer(flow, source, offset, count, header, trailer, progress)
-                log.debug("send %s: %s (%s)", transfer.total, choice.path, choice.reason)
-                try:
-                    await _run(transfer, choice, fallback)
-                except ConnectionError:
-                    transport.abort()  # README, "Peer gone": a broken stream is closed
-                    raise
-                finally:
-                    source.set_position(transfer.position)
+                transfer = await _send_in_turn(
+                    flow, source, choice, offset, count, header, trailer, fallback, progress
+                )  # fmt: skip
             finally:
                 end_turn(transport)
         finally:
@@ -112,11 +106,92 @@ async def _send(
         source.close()
 
 
+async def _send_opening(
+    flow: Flow,
+    opening: asyncio.Future[Source],
+    offset: int,
+    count: int | None,
+    header: bytes,
+    trailer: bytes,
+    fallback: bool,
+    progress: Progress | None,
+) -> int:
+    """_send() of a path a worker is opening: writes are refused and the turn taken
+    from the call on, as for any send, so sends still run in call order."""
+    transport = flow.transport
+    hold_writes(transport, flow.stream_writer)
+    try:
+        try:
+            if not claim_turn(transport):
+                await take_turn(transport)
+        except BaseException:
+            opening.cancel()  # a file the worker opens anyway is closed by the queue
+            raise
+        try:
+            source = await opening
+            try:
+                choice = _prepare(flow, source, offset, fallback)
+                transfer = await _send_in_turn(
+                    flow, source, choice, offset, count, header, trailer, fallback, progress
+                )  # fmt: skip
+            finally:
+                await close_file_argument(source)
+        finally:
+            end_turn(transport)
+    finally:
+        release_writes(transport)
+    transfer.report_end()
+    return transfer.sent
+
+
+def _prepare(flow: Flow, source: Source, offset: int, fallback: bool) -> PathChoice:
+    """The checks made before a send takes its turn; the path it will take."""
+    if flow.transport.is_closing():
+        raise transport_closing()
+    if offset and not source.seekable:
+        raise ValueError(f"offset must be 0 for a file that cannot seek (got {offset})")
+    if source.size is not None and offset > source.size:
+        _check_reachable(source, offset)
+    choice = _choose(flow, source)
+    if choice.path == "buffered" and not fallback:
+        raise SendfileNotAvailableError(f"zero-copy is not possible: {choice.reason}")
+    return choice
+
+
+async def _send_in_turn(
+    flow: Flow,
+    source: Source,
+    choice: PathChoice,
+    offset: int,
+    count: int | None,
+    header: bytes,
+    trailer: bytes,
+    fallback: bool,
+    progress: Progress | None,
+) -> Transfer:
+    """The transfer itself, once it is this send's turn on the transport."""
+    transport = flow.transport
+    if transport.is_closing():
+        raise transport_closing()
+    transfer = Transfer(flow, source, offset, count, header, trailer, progress)
+    log.debug("send %s: %s (%s)", transfer.total, choice.path, choice.reason)
+    try:
+        await _run(transfer, choice, fallback)
+    except ConnectionError:
+        transport.abort()  # README, "Peer gone": a broken stream is closed
+        raise
+    finally:
+        source.set_position(transfer.position)
+    return transfer
+
+
 def which_path(writer: Any, file: Any) -> PathChoice:
     """Tells which path send(writer, file) would take, and why; sends nothing.
 
     "quick" where send(writer, file) with no trailers or progress, and bytes or no
-    headers, would take the quick route now (see _sending.quick).
+    headers, would take the quick route now (see _sending.quick).  Synchronous: a
+    path is opened (and closed) here, on the calling thread, whatever its
+    filesystem; on one that may be slow, ask with the file object instead.
     """
     flow = Flow.of(writer)
     source = open_file_argument(file, "read", Source)

@@ -1,6 +1,12 @@
 """A slow disk: a read-only FUSE passthrough that sleeps before every read.
 
     python -m aiosendfile.bench.slowfs BACKING_DIR MOUNTPOINT DELAY_SECONDS
+        [--open-delay SECONDS] [--writable]
+
+--open-delay also sleeps in every open, create and getattr (stat, and the
+lookup of each path component) except the root's: a slow or hung filesystem's
+metadata, as a FUSE daemon or a network server gives it.  --writable lets files
+be created and written (receive()'s tests); the default is read-only.
 
 Where device-mapper's `delay` target is not available (it is not on this
 kind of machine), this is how the benchmark and the tests get a disk whose
@@ -11,6 +17,7 @@ every read takes time.  Needs fusepy and libfuse2, and the right to mount
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import subprocess
@@ -26,10 +33,19 @@ class MountError(OSError):
 
 
 @contextlib.contextmanager
-def mounted(backing: Path, mountpoint: Path, delay: float) -> Iterator[None]:
-    """Mounts `backing` at `mountpoint`, each read sleeping `delay` seconds."""
+def mounted(
+    backing: Path,
+    mountpoint: Path,
+    delay: float,
+    *,
+    open_delay: float = 0.0,
+    writable: bool = False,
+) -> Iterator[None]:
+    """Mounts `backing` at `mountpoint`, each read sleeping `delay` seconds (and each
+    open, create and getattr but the root's `open_delay`); read-only unless `writable`."""
     if not os.path.exists("/dev/fuse"):
         raise MountError("no /dev/fuse on this machine")
+    options = ["--open-delay", str(open_delay)] + (["--writable"] if writable else [])
     server = subprocess.Popen(
         [
             sys.executable,
@@ -38,6 +54,7 @@ def mounted(backing: Path, mountpoint: Path, delay: float) -> Iterator[None]:
             str(backing),
             str(mountpoint),
             str(delay),
+            *options,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -61,7 +78,9 @@ def mounted(backing: Path, mountpoint: Path, delay: float) -> Iterator[None]:
             server.stderr.close()
 
 
-def _serve(root: str, mountpoint: str, delay: float) -> None:
+def _serve(
+    root: str, mountpoint: str, delay: float, open_delay: float = 0.0, writable: bool = False
+) -> None:
     from fuse import FUSE, Operations  # type: ignore[import-untyped]
 
     class SlowPassthrough(Operations):  # type: ignore[misc]
@@ -69,6 +88,8 @@ def _serve(root: str, mountpoint: str, delay: float) -> None:
             return os.path.join(root, path.lstrip("/"))
 
         def getattr(self, path: str, fh: Any = None) -> dict[str, Any]:
+            if path != "/":  # the root's is asked at mount time and by ismount()
+                time.sleep(open_delay)
             st = os.lstat(self._path(path))
             keys = ("st_mode", "st_size", "st_nlink", "st_uid", "st_gid")
             times = {"st_atime": st.st_atime, "st_mtime": st.st_mtime, "st_ctime": st.st_ctime}
@@ -78,7 +99,18 @@ def _serve(root: str, mountpoint: str, delay: float) -> None:
             return [".", "..", *os.listdir(self._path(path))]
 
         def open(self, path: str, flags: int) -> int:
-            return os.open(self._path(path), os.O_RDONLY)
+            time.sleep(open_delay)
+            return os.open(self._path(path), flags & ~os.O_CREAT if writable else os.O_RDONLY)
+
+        def create(self, path: str, mode: int, fi: Any = None) -> int:
+            time.sleep(open_delay)
+            return os.open(self._path(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+
+        def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
+            return os.pwrite(fh, data, offset)
+
+        def truncate(self, path: str, length: int, fh: Any = None) -> None:
+            os.truncate(self._path(path), length)
 
         def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
             time.sleep(delay)
@@ -87,8 +119,16 @@ def _serve(root: str, mountpoint: str, delay: float) -> None:
         def release(self, path: str, fh: int) -> None:
             os.close(fh)
 
-    FUSE(SlowPassthrough(), mountpoint, foreground=True, ro=True)
+    FUSE(SlowPassthrough(), mountpoint, foreground=True, ro=not writable)
 
 
 if __name__ == "__main__":
-    _serve(sys.argv[1], sys.argv[2], float(sys.argv[3]))
+    parser = argparse.ArgumentParser(prog="python -m aiosendfile.bench.slowfs")
+    parser.add_argument("backing")
+    parser.add_argument("mountpoint")
+    parser.add_argument("delay", type=float, help="seconds each read sleeps")
+    parser.add_argument("--open-delay", type=float, default=0.0,
+                        help="seconds each open, create and getattr sleeps")  # fmt: skip
+    parser.add_argument("--writable", action="store_true")
+    args = parser.parse_args()
+    _serve(args.backing, args.mountpoint, args.delay, args.open_delay, args.writable)
