@@ -414,10 +414,16 @@ def test_sendfile_bad_buffer(core: Step, local: Wire, src: Src, kwargs: dict[str
     assert local.received() == b""
 
 
-@pytest.mark.parametrize(("offset", "nbytes"), [(-1, 10), (0, -1), (-(2**40), 0)])
+@pytest.mark.parametrize(
+    ("offset", "nbytes"), [(-1, 10), (0, -1), (-(2**40), 0), (None, -1), (-(2**63), 0)]
+)
 def test_sendfile_negative(core: Step, local: Wire, src: Src, offset: int, nbytes: int) -> None:
-    with pytest.raises(ValueError):
+    """sendfile(2)'s own answer, EINVAL (as pysendfile gives it), before anything is sent."""
+    with pytest.raises(OSError) as info:
         core(local.fd, src.fd, offset, nbytes, b"HEAD", b"TAIL")
+    assert type(info.value) is OSError
+    assert info.value.errno == errno.EINVAL
+    assert info.value.strerror == f"sendfile: {os.strerror(errno.EINVAL)}"
     assert position(src.fd) == 0
     assert local.received() == b""
 
