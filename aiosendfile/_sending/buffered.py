@@ -1,20 +1,62 @@
 """The buffered path: TLS transports and files that cannot go zero-copy.
 
-Writes the chunks chunks.ChunkReader reads (one chunk ahead, never blocking
-the loop) and paces them with the transport's flow control.
+What this path must watch is memory.  A chunk handed to a transport stays in the
+process until the socket takes it, and a TLS transport's memory BIO keeps, for
+the life of the connection, room for the largest write it encrypted at once
+(OpenSSL's BUF_MEM only grows).  With a thousand slow clients, every byte a
+stalled send holds is held a thousand times.  So:
+
+- a chunk is read only when the transport will take it (chunks.ChunkReader
+  reads nothing ahead), and it is sized to the free space of the socket's send
+  buffer (SO_SNDBUF less SIOCOUTQ, less a margin for TLS records), at most the
+  chunk size: the kernel takes it whole and the process keeps nothing of it;
+- the next chunk waits until the transport's own buffer is empty (what it holds
+  goes first), then, if the socket has no room, until the socket is writable:
+  a send waiting on a slow peer holds no file bytes;
+- a TLS transport gets at most TLS_WRITE_SIZE per write(), so its BIO stays
+  that small; a chunk's pieces stop as soon as the transport holds bytes, and
+  the rest waits in the chunk (written first, once there is room).
+
+The socket is asked through a dup() of its own (never the transport's number,
+which a closed transport may have given back, as in zerocopy.py).  Without a
+socket, or where the kernel cannot say, chunks are the chunk size, written
+whole, and paced by the transport's flow control as drain() would.
+
+Every chunk is a fresh object, never written to again: since Python 3.12 a
+transport may keep what it was given instead of copying it (GH-91166).
 """
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
+import os
+import socket
+import termios
+from typing import Any
+
+from .._transports import is_tls
 from .chunks import ChunkReader
+from .flow import Flow
 from .transfer import Transfer
 
 DEFAULT_CHUNK_SIZE = 256 * 1024  # 16 KiB (asyncio's) is ~6x slower over TLS here
 _chunk_size = DEFAULT_CHUNK_SIZE
 
+# The most one write() hands a TLS transport (one TLS record): its memory BIO grows
+# to the largest encrypted write and never shrinks, so every TLS connection keeps
+# this much.  24 KiB sent 13-15 % faster here, for ~16 KiB more per connection.
+TLS_WRITE_SIZE = 16 * 1024
+# Below this much room a chunk is not worth a read and a write: wait for the socket.
+MIN_CHUNK = 16 * 1024
+# What a TLS record adds to 16 KiB of plaintext (TLS 1.2 CBC at worst), and what the
+# kernel's accounting may differ from the bytes queued: kept out of a chunk's size.
+_TLS_RECORD = 16 * 1024
+_TLS_OVERHEAD = 64
+
 
 def set_chunk_size(nbytes: int) -> None:
-    """Sets the buffered path's read size for later sends (default 256 KiB)."""
+    """Sets the buffered path's largest read for later sends (default 256 KiB)."""
     global _chunk_size
     if not isinstance(nbytes, int) or isinstance(nbytes, bool):
         raise TypeError(f"chunk size must be an int, not {type(nbytes).__name__}")
@@ -24,8 +66,126 @@ def set_chunk_size(nbytes: int) -> None:
 
 
 def get_chunk_size() -> int:
-    """The buffered path's read size."""
+    """The buffered path's largest read."""
     return _chunk_size
+
+
+class Room:
+    """How much the transport will take now, waiting until it takes something."""
+
+    def __init__(self, flow: Flow, chunk_size: int) -> None:
+        self.flow = flow
+        self.chunk_size = chunk_size
+        self.tls = is_tls(flow.transport)
+        # Reads and writes are this big; a turn (between two visits of the loop) moves
+        # up to chunk_size: small transient buffers, which the allocator reuses, rather
+        # than big ones that leave holes for long-lived buffers to fill.
+        self.write_size = min(chunk_size, TLS_WRITE_SIZE) if self.tls else chunk_size
+        self.read_size = self.write_size
+        self.min_chunk = min(chunk_size, MIN_CHUNK)
+        self._loop = asyncio.get_running_loop()
+        # Our own dup of the socket (None: pace by the transport's flow control only).
+        self._sock: socket.socket | None = _own_socket(flow.sock)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def free(self) -> int | None:
+        """Bytes the socket's send buffer takes now (as plaintext over TLS); None when
+        the kernel cannot say."""
+        sock = self._sock
+        if sock is None:
+            return None
+        try:
+            queued = _queued(sock)
+            room = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) - queued
+        except OSError:
+            self.close()
+            return None
+        room -= room // 32  # the kernel counts its own overhead too
+        if self.tls:
+            room -= (room // _TLS_RECORD + 1) * _TLS_OVERHEAD
+        return max(room, 0)
+
+    async def wait(self) -> int:
+        """Returns once the transport will take bytes: how many the next chunk may have."""
+        flow = self.flow
+        if self._sock is None:
+            await flow.below_high_water()  # drain()'s rule; it yields to the loop
+            return self.chunk_size
+        if flow.transport.get_write_buffer_size():
+            await flow.until_empty()  # what the transport holds goes first
+        free = self.free()
+        if free is None:
+            await flow.below_high_water()
+            return self.chunk_size
+        if free >= self.min_chunk:
+            # The loop runs between chunks (other connections, news of a lost peer).
+            await asyncio.sleep(0)
+            flow.check_open()
+            return min(free, self.chunk_size)
+        await self._writable()
+        # Writable: the kernel takes some, whatever the estimate says.
+        return min(max(self.free() or 0, self.min_chunk), self.chunk_size)
+
+    def write(self, data: memoryview) -> int:
+        """Hands the transport what of `data` it takes without holding bytes, in writes
+        of at most write_size; returns how many bytes were handed over.
+
+        Sized to the socket's room, the pieces go straight to the kernel.  When the
+        estimate is wrong (TCP memory short), the transport under a TLS one keeps the
+        excess until its own high-water mark pauses the TLS layer, whose buffer then
+        shows it: the writing stops there, and waits for the transport to empty.
+        """
+        transport = self.flow.transport
+        watched = self._sock is not None
+        done = 0
+        while done < len(data):
+            piece = data[done : done + self.write_size]
+            self.flow.write(piece)  # type: ignore[arg-type]
+            done += len(piece)
+            if watched and transport.get_write_buffer_size():
+                break  # it holds bytes: the rest waits until it is empty
+        return done
+
+    async def _writable(self) -> None:
+        assert self._sock is not None
+        fd = self._sock.fileno()
+        ready = self._loop.create_future()
+
+        def on_writable() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        self._loop.add_writer(fd, on_writable)
+        try:
+            await self.flow.wait_for(ready)
+        finally:
+            self._loop.remove_writer(fd)
+
+
+def _own_socket(sock: Any) -> socket.socket | None:
+    """A socket object on a dup() of `sock` whose send queue the kernel can report."""
+    if sock is None:
+        return None
+    try:
+        own = socket.socket(fileno=os.dup(sock.fileno()))
+    except (OSError, AttributeError, ValueError):
+        return None
+    try:
+        _queued(own)
+        own.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+    except OSError:
+        own.close()
+        return None
+    return own
+
+
+def _queued(sock: socket.socket) -> int:
+    """Bytes in the socket's send queue, not yet acknowledged (SIOCOUTQ)."""
+    return int.from_bytes(fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, bytes(4)), "little")
 
 
 async def send_buffered(transfer: Transfer) -> None:
@@ -33,27 +193,40 @@ async def send_buffered(transfer: Transfer) -> None:
     flow.check_open()
     flow.watch()  # a close or a reset ends the send at the next wait
     reader = None
+    room = None
     try:
+        room = Room(flow, _chunk_size)  # in the tick the transport was found open
         if transfer.header:
             flow.write(bytes(transfer.header))
             transfer.header = transfer.header[len(transfer.header) :]
-        reader = ChunkReader(transfer.source, transfer.position, transfer.wanted(), _chunk_size)
-        while True:
-            ahead = reader.read_ahead()
-            if ahead is not None:
-                # A pipe may stay silent for good: a close or reset still ends the send.
-                await flow.wait_for(ahead)
-            chunk = await reader.next_chunk()
-            if not chunk:
-                break
-            flow.check_open()
-            flow.write(chunk)
-            transfer.advance(len(chunk))
-            await flow.below_high_water()
+        reader = ChunkReader(transfer.source, transfer.position, transfer.wanted())
+        rest = memoryview(b"")  # of the last chunk, what the transport did not take
+        while rest or not reader.finished:
+            budget = await room.wait()  # what this turn may move, at most the chunk size
+            while budget > 0:
+                if not rest:
+                    reading = reader.read(min(budget, room.read_size))
+                    if reading is None:
+                        break
+                    if not reading.done():
+                        # A pipe may stay silent for good: a close or reset still ends it.
+                        await flow.wait_for(reading)
+                    chunk = reader.take()
+                    if not chunk:
+                        break
+                    rest = memoryview(chunk)
+                written = room.write(rest[:budget])
+                rest = rest[written:]
+                transfer.advance(written)
+                budget -= written
+                if rest:
+                    break  # the transport holds bytes: wait until it is empty
         if transfer.trailer:
             flow.write(bytes(transfer.trailer))
             transfer.trailer = transfer.trailer[len(transfer.trailer) :]
     finally:
         if reader is not None:
             reader.close()
+        if room is not None:
+            room.close()
         flow.unwatch()

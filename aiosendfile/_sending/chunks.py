@@ -1,4 +1,4 @@
-"""Reading a file's bytes for the buffered path, one chunk ahead, never blocking the loop.
+"""Reading a file's bytes for the buffered path, a chunk when asked, never blocking the loop.
 
 Regular files are read by position, so the file object is never disturbed:
 on the loop with preadv2(RWF_NOWAIT) when the bytes are in the page cache
@@ -33,60 +33,69 @@ Chunk = bytes | bytearray
 
 
 class ChunkReader:
-    """Reads `wanted` bytes (None: to the end) from `position`, one chunk ahead."""
+    """Reads `wanted` bytes (None: to the end) from `position`, one chunk at a time.
 
-    def __init__(self, source: Source, position: int, wanted: int | None, chunk_size: int) -> None:
+    Nothing is read ahead: the buffered path asks for a chunk once the transport
+    will take it, of the size it will take, so a send waiting on a slow peer holds
+    no file bytes (buffered.py).
+    """
+
+    def __init__(self, source: Source, position: int, wanted: int | None) -> None:
         self._source = source
         self._position = position
         self._left = wanted
-        self._chunk_size = chunk_size
         self._loop = asyncio.get_running_loop()
         self._nowait = _HAVE_RWF_NOWAIT
         self._ready: ReadyReads | None = None
         if source.fd is not None and not source.regular and source.reads_fd:
             self._ready = ReadyReads.watch(self._loop, source.fd)
-        self._ahead: asyncio.Future[Chunk] | None = None
-        try:
-            self._ahead = self._start_read()
-        except BaseException:
-            self.close()
-            raise
+        self._reading: asyncio.Future[Chunk] | None = None
 
-    def read_ahead(self) -> asyncio.Future[Chunk] | None:
-        """The read under way, None at the end: what next_chunk() waits for."""
-        return self._ahead
+    @property
+    def finished(self) -> bool:
+        """Nothing is left to read (known only for a count given or found)."""
+        return self._left == 0
 
-    async def next_chunk(self) -> Chunk:
-        """The next chunk, b"" at the end; starts reading the one after."""
-        if self._ahead is None:
-            return b""
-        chunk = await self._ahead
-        self._ahead = None
+    def read(self, size: int) -> asyncio.Future[Chunk] | None:
+        """Starts reading up to `size` bytes (done at once when they are at hand: the
+        page cache, memory, a readable pipe); None when nothing is left to read.
+        `take()` gets the chunk once the future is done."""
+        assert self._reading is None, "one read at a time"
+        if self._left is not None:
+            size = min(size, self._left)
+        if size <= 0:
+            return None
+        self._reading = self._start_read(size)
+        return self._reading
+
+    def take(self) -> Chunk:
+        """The chunk `read()` started (done by now), b"" at the end; its error is raised here."""
+        reading, self._reading = self._reading, None
+        assert reading is not None and reading.done(), "take() needs a finished read()"
+        chunk = reading.result()
         if chunk:
             self._position += len(chunk)
             if self._left is not None:
                 self._left -= len(chunk)
-            self._ahead = self._start_read()
+        else:
+            self._left = 0  # the end: a pipe's EOF, a file shorter than it said
         return chunk
 
     def close(self) -> None:
-        """Drops the read ahead, and stops watching the descriptor.
+        """Drops a read under way, and stops watching the descriptor.
 
         A worker's read runs on a descriptor of its own (a dup): cancelled, it
         never starts or ends on its own, and the file may be closed at once.
         Only an object read through in a worker (one whose own buffer we cannot
         see, a decompressor say) may still be in use by it after the send.
         """
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            ahead.cancel()
+        reading, self._reading = self._reading, None
+        if reading is not None:
+            reading.cancel()
         if self._ready is not None:
             self._ready.close()
 
-    def _start_read(self) -> asyncio.Future[Chunk] | None:
-        size = self._chunk_size if self._left is None else min(self._chunk_size, self._left)
-        if size <= 0:
-            return None
+    def _start_read(self, size: int) -> asyncio.Future[Chunk]:
         source = self._source
         if source.in_memory:
             return self._on_loop(self._read_in_memory, size)
@@ -112,7 +121,7 @@ class ChunkReader:
         return _disk.submit(functools.partial(_read_own_fd, own, size), owned_fd=own)
 
     def _on_loop(self, read: Callable[[int], Chunk], size: int) -> asyncio.Future[Chunk]:
-        """`read(size)` done now, as a future; its error is delivered to next_chunk."""
+        """`read(size)` done now, as a future; its error is delivered to take()."""
         done: asyncio.Future[Chunk] = self._loop.create_future()
         try:
             done.set_result(read(size))

@@ -1,0 +1,141 @@
+"""The buffered path's memory per TLS connection (issue 13): nothing read ahead, chunks
+sized to the room in the socket's send buffer, at most one TLS record per write."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+import socket
+import subprocess
+import sys
+import termios
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import aiosendfile
+from aiosendfile._sending import buffered
+
+from .conftest import Connection
+from .subprocesses import env_importing_this_package
+
+LOAD = Path(__file__).parent / "soak" / "load.py"
+CONNECTIONS = 100
+# Beyond what an idle TLS connection costs, per stalled send.  The buffered path
+# holds about 35 KiB (the TLS layer's buffer for one record, the send's objects);
+# before it read a chunk ahead and let the transports queue ~600 KiB.
+BOUND_KIB = 160
+
+
+def run_load(*args: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, str(LOAD), *args],
+        capture_output=True, text=True, timeout=120, env=env_importing_this_package(),
+        check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-4000:]
+    result: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])
+    return result
+
+
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+def test_stalled_tls_downloads_hold_little(loop_name: str) -> None:
+    """100 TLS downloads stalled at once (64 KiB client windows, 128 KiB send buffers):
+    the server's RSS per connection, beyond an idle TLS connection's, stays small."""
+    stalled = ["--loop", loop_name, "--transport", "tls", "-n", str(CONNECTIONS),
+               "--rcvbuf", "64K", "--sndbuf", "128K"]  # fmt: skip
+    idle = run_load(*stalled, "--mode", "idle")
+    sends = run_load(*stalled, "--mode", "download", "--sizes", "1M")
+    assert sends["client_failure_count"] == 0, sends["client_failures"]
+    over_idle = sends["held_growth_per_conn_kib"] - idle["held_growth_per_conn_kib"]
+    assert over_idle < BOUND_KIB, (
+        f"{over_idle:.1f} KiB per stalled send beyond an idle TLS connection "
+        f"({idle['held_growth_per_conn_kib']} KiB): {sends}"
+    )
+    # Each send still running (its socket and its file open): they were all stalled.
+    assert sends["held"]["fds"] >= sends["before"]["fds"] + 2 * CONNECTIONS, (
+        "the sends were not all in progress: the test measures nothing"
+    )
+    assert sends["after"]["fds"] == sends["before"]["fds"]
+
+
+def free_space(sock: socket.socket) -> int:
+    """The socket's send buffer less what it queues: what a write may hand it now."""
+    queued = int.from_bytes(fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, bytes(4)), "little")
+    return sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) - queued
+
+
+class Measuring:
+    """A pass-through transport noting, for every write, its size, what the transport
+    held and what room the socket had just before."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._sock = socket.socket(fileno=os.dup(inner.get_extra_info("socket").fileno()))
+        self.writes: list[tuple[int, int, int]] = []  # (size, transport held, socket room)
+
+    def write(self, data: Any) -> None:
+        self.writes.append((len(data), self._inner.get_write_buffer_size(), free_space(self._sock)))
+        self._inner.write(data)
+
+    def close_probe(self) -> None:
+        self._sock.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+async def test_tls_writes_fit_the_socket(
+    connect: Callable[..., Any], make_file: Callable[..., Path]
+) -> None:
+    """A slow reader over TLS: every write is at most one record, goes to a transport
+    holding nothing, and is no bigger than the socket's room (or one record when the
+    socket, just writable, says less)."""
+    size = 6 * 1024 * 1024 + 7
+    path = make_file(size)
+    conn: Connection = await connect("tls", "transport", reading=False, sndbuf=64 * 1024)
+    conn.peer.delay = 0.002
+    conn.peer._chunk = 64 * 1024
+    measuring = Measuring(conn.transport)
+    try:
+        sending = asyncio.ensure_future(aiosendfile.send(measuring, path, headers=b"HEAD"))
+        await asyncio.sleep(0.05)
+        conn.peer.resume()
+        assert await sending == size
+    finally:
+        measuring.close_probe()
+    writes = measuring.writes
+    assert writes[0][0] == 4  # the header
+    body = writes[1:]
+    assert sum(n for n, _, _ in body) == size
+    assert len(body) > size // buffered.TLS_WRITE_SIZE
+    assert max(n for n, _, _ in body) <= buffered.TLS_WRITE_SIZE
+    assert all(held == 0 for _, held, _ in body), "a write went to a transport holding bytes"
+    too_big = [(n, room) for n, _, room in body if n > max(room, buffered.MIN_CHUNK)]
+    assert not too_big, f"writes bigger than the socket's room: {too_big[:5]}"
+    waited = sum(1 for n, _, room in body if room < buffered.MIN_CHUNK)
+    assert waited < len(body) // 4, "most writes found the socket full"
+    assert await conn.received_after_close() == b"HEAD" + path.read_bytes()
+
+
+async def test_tls_send_waiting_holds_no_chunk(
+    connect: Callable[..., Any], make_file: Callable[..., Path]
+) -> None:
+    """A send stalled on a peer that reads nothing has no read under way and nothing
+    of the file in the transport: its memory is what the socket took."""
+    path = make_file(8 * 1024 * 1024)
+    conn: Connection = await connect("tls", "transport", reading=False, sndbuf=64 * 1024)
+    sending = asyncio.ensure_future(aiosendfile.send(conn.writer, path))
+    await asyncio.sleep(0.3)
+    assert not sending.done(), "the socket took everything: the test measures nothing"
+    assert conn.transport.get_write_buffer_size() == 0
+    lower = getattr(getattr(conn.transport, "_ssl_protocol", None), "_transport", None)
+    if lower is not None:  # asyncio: the socket transport under the TLS one
+        assert lower.get_write_buffer_size() <= 64 * 1024
+    conn.peer.resume()
+    assert await sending == 8 * 1024 * 1024
+    assert await conn.received_after_close() == path.read_bytes()
