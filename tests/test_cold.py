@@ -22,6 +22,7 @@ from aiosendfile._core import Core
 
 from .conftest import Connection, open_fds, pattern
 from .page_cache import cached_bytes, evict
+from .slow_disk import slow_disk as mount_slow_disk
 
 MiB = 1024 * 1024
 
@@ -170,24 +171,8 @@ async def test_cancel_cold_send_leaves_no_worker(
 @pytest.fixture
 def slow_disk(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """(backing directory, mount point) of a FUSE filesystem sleeping 20 ms per read."""
-    try:
-        import fuse  # noqa: F401  (fusepy, a test dependency)
-    except (ImportError, OSError) as exc:  # OSError: fusepy without libfuse2
-        if os.environ.get("CI"):
-            pytest.fail(f"fusepy is not usable: {exc}")
-        pytest.skip(f"fusepy is not usable: {exc}")
-    from aiosendfile.bench import slowfs
-
-    backing, mountpoint = tmp_path / "backing", tmp_path / "mnt"
-    backing.mkdir()
-    mountpoint.mkdir()
-    try:
-        with slowfs.mounted(backing, mountpoint, 0.02):
-            yield backing, mountpoint
-    except slowfs.MountError as exc:
-        if os.environ.get("CI"):
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
+    with mount_slow_disk(tmp_path, 0.02) as dirs:
+        yield dirs
 
 
 @pytest.mark.parametrize("transport_kind", ["tcp", "tls"])

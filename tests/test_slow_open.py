@@ -26,6 +26,7 @@ from aiosendfile._core import Core
 
 from .conftest import Connection, pattern
 from .loop_ticker import Ticker
+from .slow_disk import slow_disk
 
 OPEN_DELAY = 0.3  # seconds each open, create and getattr of the slow disk sleeps
 
@@ -34,24 +35,8 @@ OPEN_DELAY = 0.3  # seconds each open, create and getattr of the slow disk sleep
 def slow_metadata_disk(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """(backing directory, mount point) of a writable FUSE filesystem whose every
     open, create and getattr sleeps OPEN_DELAY (its reads do not)."""
-    try:
-        import fuse  # noqa: F401  (fusepy, a test dependency)
-    except (ImportError, OSError) as exc:  # OSError: fusepy without libfuse2
-        if os.environ.get("CI"):
-            pytest.fail(f"fusepy is not usable: {exc}")
-        pytest.skip(f"fusepy is not usable: {exc}")
-    from aiosendfile.bench import slowfs
-
-    backing, mountpoint = tmp_path / "backing", tmp_path / "mnt"
-    backing.mkdir()
-    mountpoint.mkdir()
-    try:
-        with slowfs.mounted(backing, mountpoint, 0.0, open_delay=OPEN_DELAY, writable=True):
-            yield backing, mountpoint
-    except slowfs.MountError as exc:
-        if os.environ.get("CI"):
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
+    with slow_disk(tmp_path, 0.0, open_delay=OPEN_DELAY, writable=True) as (backing, mountpoint):
+        yield backing, mountpoint
     shutil.rmtree(backing, ignore_errors=True)
 
 
