@@ -1,9 +1,13 @@
-"""The slow FUSE disk of the cold-file and slow-open tests (aiosendfile/bench/slowfs.py)."""
+"""The tests' disks: the slow FUSE disk of the cold-file and slow-open tests
+(aiosendfile/bench/slowfs.py, which can also fail writes), and a small tmpfs that
+fills up.  Each skips where it cannot be mounted, and fails instead under CI,
+which runs as root and installs FUSE."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,3 +38,23 @@ def slow_disk(tmp_path: Path, read_delay: float, **options: Any) -> Iterator[tup
         if os.environ.get("CI"):
             pytest.fail(str(exc))
         pytest.skip(str(exc))
+
+
+@contextlib.contextmanager
+def small_tmpfs(mount: Path, size: str = "1m") -> Iterator[Path]:
+    """A tmpfs of `size` at `mount`: ENOSPC for real."""
+    mount.mkdir()
+    out = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail(f"cannot mount a tmpfs here: {out.stderr.strip()}")
+        pytest.skip(f"cannot mount a tmpfs here: {out.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

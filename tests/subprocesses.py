@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,3 +48,17 @@ def env_importing_this_package(environ: dict[str, str] | None = None) -> dict[st
     package_parent = str(Path(aiosendfile.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, env.get("PYTHONPATH")]))
     return env
+
+
+def run_json_script(script: Path, *args: str, timeout: float) -> dict[str, Any]:
+    """Runs a driver script that prints its figures as JSON on its last line; returns
+    them (and prints them, for -s)."""
+    out = subprocess.run(
+        [sys.executable, str(script), *args],
+        capture_output=True, text=True, timeout=timeout, env=env_importing_this_package(),
+        check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-4000:]
+    result: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])
+    print(json.dumps(result))
+    return result

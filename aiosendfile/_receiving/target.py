@@ -147,6 +147,10 @@ class Write:
         try:
             await asyncio.shield(future)  # a cancellation must not drop a running write
         except asyncio.CancelledError:
+            # The cancellation wins over the write's own error, which nobody will
+            # raise: look at it, or the loop reports it as never retrieved (the
+            # shield stops watching `future` once it is cancelled).
+            future.add_done_callback(_ignore_error)
             if not future.done():
                 await self._withdraw_or_wait(future)
             raise
@@ -185,3 +189,8 @@ class Write:
                 view = view[n:]
         finally:
             self._state = _State.DONE
+
+
+def _ignore_error(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()

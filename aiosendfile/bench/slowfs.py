@@ -1,12 +1,14 @@
 """A slow disk: a read-only FUSE passthrough that sleeps before every read.
 
     python -m aiosendfile.bench.slowfs BACKING_DIR MOUNTPOINT DELAY_SECONDS
-        [--open-delay SECONDS] [--writable]
+        [--open-delay SECONDS] [--writable] [--fail-writes-after BYTES]
 
 --open-delay also sleeps in every open, create and getattr (stat, and the
 lookup of each path component) except the root's: a slow or hung filesystem's
 metadata, as a FUSE daemon or a network server gives it.  --writable lets files
 be created and written (receive()'s tests); the default is read-only.
+--fail-writes-after makes every write that reaches past that file offset fail
+with EIO: a disk that fails under an upload (the fault-storm tests).
 
 Where device-mapper's `delay` target is not available (it is not on this
 kind of machine), this is how the benchmark and the tests get a disk whose
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import subprocess
 import sys
@@ -40,12 +43,16 @@ def mounted(
     *,
     open_delay: float = 0.0,
     writable: bool = False,
+    fail_writes_after: int | None = None,
 ) -> Iterator[None]:
     """Mounts `backing` at `mountpoint`, each read sleeping `delay` seconds (and each
-    open, create and getattr but the root's `open_delay`); read-only unless `writable`."""
+    open, create and getattr but the root's `open_delay`); read-only unless `writable`;
+    writes past file offset `fail_writes_after` fail with EIO."""
     if not os.path.exists("/dev/fuse"):
         raise MountError("no /dev/fuse on this machine")
     options = ["--open-delay", str(open_delay)] + (["--writable"] if writable else [])
+    if fail_writes_after is not None:
+        options += ["--fail-writes-after", str(fail_writes_after)]
     server = subprocess.Popen(
         [
             sys.executable,
@@ -79,9 +86,14 @@ def mounted(
 
 
 def _serve(
-    root: str, mountpoint: str, delay: float, open_delay: float = 0.0, writable: bool = False
+    root: str,
+    mountpoint: str,
+    delay: float,
+    open_delay: float = 0.0,
+    writable: bool = False,
+    fail_writes_after: int | None = None,
 ) -> None:
-    from fuse import FUSE, Operations  # type: ignore[import-untyped]
+    from fuse import FUSE, FuseOSError, Operations  # type: ignore[import-untyped]
 
     class SlowPassthrough(Operations):  # type: ignore[misc]
         def _path(self, path: str) -> str:
@@ -107,10 +119,21 @@ def _serve(
             return os.open(self._path(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
 
         def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
+            if fail_writes_after is not None and offset + len(data) > fail_writes_after:
+                raise FuseOSError(errno.EIO)
             return os.pwrite(fh, data, offset)
 
         def truncate(self, path: str, length: int, fh: Any = None) -> None:
             os.truncate(self._path(path), length)
+
+        def unlink(self, path: str) -> None:
+            os.unlink(self._path(path))
+
+        def mkdir(self, path: str, mode: int) -> None:
+            os.mkdir(self._path(path), mode)
+
+        def rmdir(self, path: str) -> None:
+            os.rmdir(self._path(path))
 
         def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
             time.sleep(delay)
@@ -130,5 +153,14 @@ if __name__ == "__main__":
     parser.add_argument("--open-delay", type=float, default=0.0,
                         help="seconds each open, create and getattr sleeps")  # fmt: skip
     parser.add_argument("--writable", action="store_true")
+    parser.add_argument("--fail-writes-after", type=int, metavar="BYTES",
+                        help="writes reaching past this file offset fail with EIO")  # fmt: skip
     args = parser.parse_args()
-    _serve(args.backing, args.mountpoint, args.delay, args.open_delay, args.writable)
+    _serve(
+        args.backing,
+        args.mountpoint,
+        args.delay,
+        args.open_delay,
+        args.writable,
+        args.fail_writes_after,
+    )

@@ -5,15 +5,12 @@ figures: it prints them as JSON)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ..subprocesses import env_importing_this_package
+from ..subprocesses import run_json_script
 
 pytestmark = pytest.mark.soak
 
@@ -32,15 +29,7 @@ ROUND_SLACK_KIB = 8 * 1024
 
 
 def run_load(*args: str, timeout: float = 110) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, str(HERE / "load.py"), "--rounds", "2", *args],
-        capture_output=True, text=True, timeout=timeout, env=env_importing_this_package(),
-        check=False,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-4000:]
-    result: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])
-    print(json.dumps(result))  # the figures, with -s
-    return result
+    return run_json_script(HERE / "load.py", "--rounds", "2", *args, timeout=timeout)
 
 
 def check_round(result: dict[str, Any]) -> None:
