@@ -209,19 +209,36 @@ def _directory_of(path: Any) -> object:
     return (os.getcwd(), directory)  # relative: its directory depends on the working one
 
 
+def verdict_of(path: Any) -> int | None:
+    """The st_dev of `path`'s directory's filesystem if a worker found it local, else
+    None (not local, or not asked yet)."""
+    return _verdicts.get(_directory_of(path))
+
+
+def open_from_dentry_cache(path: Any, flags: int) -> int:
+    """openat2(RESOLVE_CACHED): `path` resolved from the dentry cache alone, never a
+    wait.  OSError otherwise: EAGAIN (a lookup would have to wait), ENOENT (a cached
+    absence), ENOSYS (this kernel cannot: remembered, Linux < 5.12), or the open's own."""
+    global _resolve_cached
+    if not _resolve_cached:
+        raise OSError(errno.ENOSYS, "openat2 RESOLVE_CACHED is not available")
+    try:
+        return _core.active.open_cached(path, flags)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSYS, errno.EINVAL):
+            _resolve_cached = False
+            raise OSError(errno.ENOSYS, "openat2 RESOLVE_CACHED is not available") from exc
+        raise
+
+
 def _open_cached(key: object, dev: int, path: Any, flags: int) -> int:
     """open()'s opener on the loop: the path resolved from the dentry cache alone."""
-    global _resolve_cached
-    if _resolve_cached:
-        try:
-            fd = _core.active.open_cached(path, flags | os.O_NONBLOCK)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOSYS, errno.EINVAL):
-                raise
-            _resolve_cached = False  # this kernel cannot: open(2) for local directories
-            fd = os.open(path, flags | os.O_NONBLOCK)
-    else:
-        fd = os.open(path, flags | os.O_NONBLOCK)
+    try:
+        fd = open_from_dentry_cache(path, flags | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno != errno.ENOSYS:
+            raise
+        fd = os.open(path, flags | os.O_NONBLOCK)  # as before RESOLVE_CACHED: local is quick
     try:
         st = os.fstat(fd)
         if st.st_dev != dev:
@@ -243,15 +260,24 @@ def _open_in_worker(path: Any, mode: str, wrap: Callable[[Any, bool], _T], key: 
         argument.off_loop = True
     with _verdicts_lock:
         opened_where["worker"] += 1
-    if key is not None and key not in _verdicts:
-        dev = _local_filesystem(path)
-        verdict = "local: its paths open on the loop" if dev is not None else "not local"
-        log.debug("opened %r in a worker; its directory is %s", path, verdict)
-        with _verdicts_lock:
-            if len(_verdicts) >= MAX_DIRECTORIES:
-                _verdicts.pop(next(iter(_verdicts)), None)
-            _verdicts[key] = dev
+    if key is not None:
+        learn_directory(path, key)
     return argument
+
+
+def learn_directory(path: Any, key: object = None) -> None:
+    """In a worker: finds out once per directory whether `path`'s filesystem is local
+    (its later paths may then be opened on the loop)."""
+    key = _directory_of(path) if key is None else key
+    if key in _verdicts:
+        return
+    dev = _local_filesystem(path)
+    verdict = "local: its paths open on the loop" if dev is not None else "not local"
+    log.debug("opened %r in a worker; its directory is %s", path, verdict)
+    with _verdicts_lock:
+        if len(_verdicts) >= MAX_DIRECTORIES:
+            _verdicts.pop(next(iter(_verdicts)), None)
+        _verdicts[key] = dev
 
 
 def _local_filesystem(path: Any) -> int | None:

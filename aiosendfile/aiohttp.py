@@ -16,8 +16,14 @@ a client that goes away ends the response with aiohttp's own quiet ConnectionErr
 path. With aiohttp's compression on (`enable_compression()`) or AIOHTTP_NOSENDFILE set,
 aiohttp sends the body itself, as it would.
 
+aiohttp stats and opens the file in its default executor, a thread round trip per
+response. From aiohttp 3.11 on, where the file's directory is on a local filesystem
+and the paths aiohttp looks up are in the dentry cache, aiohttp's own lookup
+(`_make_response()`) runs on the loop instead; anything else goes to the executor,
+as in aiohttp.
+
 This is the only module of the package that imports aiohttp. The aiohttp internals it
-relies on, the same from aiohttp 3.9 to 3.14 (checked against both):
+relies on, the same from aiohttp 3.9 to 3.14 (checked against both) unless noted:
 
 - `web.FileResponse._sendfile(request, fobj, offset, count) -> writer`: called by
   `prepare()` once status and headers are final and the file is open, to prepare the
@@ -29,6 +35,17 @@ relies on, the same from aiohttp 3.9 to 3.14 (checked against both):
   `send()`'s `headers=`. Were they written some other way, nothing is caught: aiohttp
   writes them and `send()` sends the file after them, as after anything queued.
 - the payload writer's `output_size`, the byte count the access log reports.
+- from aiohttp 3.11 (to 3.14, the same code): `web.FileResponse.prepare()` calls
+  `_make_response(request, accept_encoding)` (lower-cased Accept-Encoding) in the
+  executor, which stats `_path` or the sibling `_get_file_path_stat_encoding()`
+  picks (lstat of `path + ext` for `web_fileresponse.ENCODING_EXTENSIONS`) and opens
+  it, and returns `(web_fileresponse._FileResponseResult, fobj, stat, encoding)`;
+  prepare() answers PermissionError with 403, other OSErrors with 404, and the
+  results with 403, `_precondition_failed(request)`, `_not_modified(request, etag,
+  mtime)` or `_prepare_open_file(request, fobj, stat, encoding)`, then closes fobj.
+  prepare() of ours repeats that tail after calling `_make_response()` on the loop.
+  Where prepare() no longer names those four methods (as in 3.9 and 3.10, which
+  stat and open inline), aiohttp's prepare() runs unchanged.
 - `web_fileresponse.NOSENDFILE`; `web.StaticResource` binding its routes to
   `self._handle`, which returns `web.FileResponse(path, chunk_size=...)` for a file
   (its `_path`, `_chunk_size`).
@@ -36,14 +53,16 @@ relies on, the same from aiohttp 3.9 to 3.14 (checked against both):
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import pathlib
 from typing import Any
 
-from aiohttp import web, web_fileresponse
+from aiohttp import hdrs, web, web_fileresponse
 from aiohttp.abc import AbstractStreamWriter
 
+from . import _files
 from ._sending.api import send, which_path
 
 __all__ = ("FileResponse", "StaticResource", "add_static")
@@ -60,6 +79,60 @@ class FileResponse(web.FileResponse):
     """
 
     path_taken: str | None = None
+
+    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
+        """aiohttp's prepare(), with its executor round trip skipped when the file (and
+        the siblings it looks for) can be found and opened without waiting.
+
+        aiohttp stats and opens the file in the default executor, a thread round
+        trip per response.  Where its directory is on a local filesystem (the
+        verdict send() keeps per directory) and every path aiohttp's
+        `_make_response()` will look up is in the dentry cache, that same method
+        runs here on the loop instead; anything else goes to the executor, as in
+        aiohttp.  What follows is aiohttp's own prepare() from aiohttp 3.11 on.
+        """
+        cls = type(self)
+        if not _ON_LOOP_SHAPE or (
+            cls._make_response is not FileResponse._make_response
+            or cls._get_file_path_stat_encoding is not _GET_FILE_PATH_STAT_ENCODING
+        ):
+            # aiohttp before 3.11, or a subclass that looks files up its own way.
+            return await super().prepare(request)
+        accept_encoding = request.headers.get(hdrs.ACCEPT_ENCODING, "").lower()
+        if not _lookups_cached(self._path, accept_encoding):
+            return await super().prepare(request)  # the executor: aiohttp's own path
+        try:
+            result, fobj, st, file_encoding = web.FileResponse._make_response(
+                self, request, accept_encoding
+            )
+        except PermissionError:
+            self.set_status(web.HTTPForbidden.status_code)
+            return await web.StreamResponse.prepare(self, request)
+        except OSError:
+            self.set_status(web.HTTPNotFound.status_code)
+            return await web.StreamResponse.prepare(self, request)
+        results = web_fileresponse._FileResponseResult
+        if result is results.NOT_ACCEPTABLE:
+            self.set_status(web.HTTPForbidden.status_code)
+            return await web.StreamResponse.prepare(self, request)
+        if result is results.PRE_CONDITION_FAILED:
+            return await self._precondition_failed(request)
+        if result is results.NOT_MODIFIED:
+            etag_value = f"{st.st_mtime_ns:x}-{st.st_size:x}"
+            return await self._not_modified(request, etag_value, st.st_mtime)
+        assert fobj is not None
+        try:
+            return await self._prepare_open_file(request, fobj, st, file_encoding)
+        finally:
+            fobj.close()  # a regular file of a local filesystem, opened for reading
+
+    def _make_response(self, request: web.BaseRequest, accept_encoding: str) -> Any:
+        """aiohttp's, in its executor: the first response of a directory also finds
+        out whether the directory's filesystem is local (its later files may then
+        be opened on the loop)."""
+        made = super()._make_response(request, accept_encoding)
+        _files.learn_directory(self._path)
+        return made
 
     async def _sendfile(
         self, request: web.BaseRequest, fobj: Any, offset: int, count: int
@@ -104,6 +177,60 @@ class FileResponse(web.FileResponse):
             del writer._write
         assert prepared is writer
         return prepared, b"".join(held)
+
+
+# aiohttp 3.11 and later: prepare() runs _make_response() in the executor, then
+# _precondition_failed(), _not_modified() or _prepare_open_file() by its result.
+# Earlier versions (3.9, 3.10) stat and open inline: their prepare() is left alone.
+_ON_LOOP_SHAPE = all(
+    name in web.FileResponse.prepare.__code__.co_names
+    for name in ("_make_response", "_prepare_open_file", "_precondition_failed", "_not_modified")
+) and all(
+    hasattr(web_fileresponse, name) for name in ("_FileResponseResult", "ENCODING_EXTENSIONS")
+)
+_GET_FILE_PATH_STAT_ENCODING = getattr(web.FileResponse, "_get_file_path_stat_encoding", None)
+# (".br", "br"), (".gz", "gzip"): the siblings aiohttp looks for, in its order.
+_ENCODINGS = tuple(getattr(web_fileresponse, "ENCODING_EXTENSIONS", {}).items())
+
+
+def _lookups_cached(path: pathlib.Path, accept_encoding: str) -> bool:
+    """Whether the lookups of aiohttp's _make_response() wait for nothing: `path`'s
+    directory is on a local filesystem, and `path` and the .br/.gz siblings it may
+    lstat() for `accept_encoding` are in the dentry cache (present, or known absent).
+
+    A look with openat2(RESOLVE_CACHED, O_PATH): no file is opened for reading (a
+    FIFO or a device is left alone) and no filesystem is asked anything.
+    """
+    if not path.name:
+        return False  # no name: aiohttp's with_suffix() raises, in its executor
+    try:
+        dev = _files.verdict_of(path)
+        if dev is None:
+            return False
+        name = os.fspath(path)
+        if not _cached(name, dev, os.O_PATH, missing_ok=False):
+            return False
+        for extension, encoding in _ENCODINGS:
+            # path.with_suffix(path.suffix + extension), as aiohttp names the sibling
+            if encoding in accept_encoding and not _cached(
+                name + extension, dev, os.O_PATH | os.O_NOFOLLOW, missing_ok=True
+            ):
+                return False
+    except (OSError, ValueError):
+        return False  # an odd path: aiohttp's path has the last word
+    return True
+
+
+def _cached(path: str, dev: int, flags: int, missing_ok: bool) -> bool:
+    try:
+        fd = _files.open_from_dentry_cache(path, flags)
+    except OSError as exc:
+        # ENOENT with RESOLVE_CACHED: a cached negative entry, found with no wait.
+        return missing_ok and exc.errno == errno.ENOENT
+    try:
+        return os.fstat(fd).st_dev == dev  # not another filesystem mounted since
+    finally:
+        os.close(fd)
 
 
 class StaticResource(web.StaticResource):

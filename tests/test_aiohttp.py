@@ -9,6 +9,7 @@ statuses and headers, bodies byte-exact.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import socket
@@ -222,6 +223,100 @@ async def test_compression_is_left_to_aiohttp(
     assert replies[1][1]["Content-Encoding"] == "gzip"
     assert replies[1][2] == contents["mid.bin"]
     assert sends(debug_log) == []
+
+
+# --- the file looked up and opened on the loop, when that waits for nothing ---
+
+
+class RecordingExecutor(concurrent.futures.ThreadPoolExecutor):
+    """The loop's default executor, recording the names of the calls it is given."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=2)
+        self.calls: list[str] = []
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        self.calls.append(getattr(fn, "__name__", repr(fn)))
+        return super().submit(fn, *args, **kwargs)
+
+
+@pytest.fixture
+async def executor() -> RecordingExecutor:
+    recording = RecordingExecutor()
+    asyncio.get_running_loop().set_default_executor(recording)  # the loop shuts it down
+    return recording
+
+
+on_the_loop = pytest.mark.skipif(
+    not aiosendfile.aiohttp._ON_LOOP_SHAPE, reason="aiohttp < 3.11: its own prepare()"
+)
+
+
+@on_the_loop
+@pytest.mark.parametrize("case", FILE_CASES, ids=lambda case: case.id)
+async def test_file_response_on_the_loop_matches_aiohttp(
+    case: Case,
+    tree: tuple[Path, dict[str, bytes]],
+    executor: RecordingExecutor,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The table again, ours asked twice: the first response (in the executor, as
+    aiohttp) finds the directory local and leaves the paths in the dentry cache;
+    the second is looked up, checked and opened on the loop, with aiohttp's own
+    _make_response(), and answers as aiohttp does."""
+    root, contents = tree
+    etag = etag_of(root / case.target)
+    stock, _ = await ask_both(root, case, f"/files/{case.target}", etag)
+    async with (
+        serving(make_app(root, ours=True)) as (url, _),
+        aiohttp.ClientSession(auto_decompress=False) as session,
+    ):
+        first = await fetch(session, f"{url}/files/{case.target}", case, etag)
+        assert "_make_response" in executor.calls
+        executor.calls.clear()
+        second = await fetch(session, f"{url}/files/{case.target}", case, etag)
+        assert executor.calls == []  # no stat, open or close in a thread
+    for ours in (first, second):
+        assert ours.same_as(stock) == []
+        check_body(ours, case, contents, case.target)
+    assert problems(caplog) == []
+
+
+@on_the_loop
+async def test_paths_that_may_wait_go_to_the_executor(
+    tree: tuple[Path, dict[str, bytes]],
+    executor: RecordingExecutor,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sibling never looked up (not in the dentry cache) sends the response to the
+    executor, once; a directory whose filesystem is not local, always."""
+    root, _ = tree
+    (root / "plain.txt").write_bytes(b"no siblings")
+    gzip = Case("gzip", "plain.txt", {"Accept-Encoding": "gzip"})
+    async with (
+        serving(make_app(root, ours=True)) as (url, _),
+        aiohttp.ClientSession(auto_decompress=False) as session,
+    ):
+
+        async def calls(case: Case) -> list[str]:
+            executor.calls.clear()
+            reply = await fetch(session, f"{url}/files/{case.target}", case)
+            assert reply.status == 200
+            return [call for call in executor.calls if call != "close"]
+
+        identity = Case("identity", "plain.txt")
+        assert await calls(identity) == ["_make_response"]  # the directory's first
+        assert await calls(identity) == []  # local, and cached
+        # plain.txt.gz was never looked up: no dentry, not even a negative one.
+        assert await calls(gzip) == ["_make_response"]
+        assert await calls(gzip) == []  # aiohttp's lstat() left a negative entry
+        # A directory on a filesystem that may wait (as FUSE, NFS): always a worker.
+        monkeypatch.setattr(aiosendfile.aiohttp._files, "_LOCAL_FILESYSTEMS", frozenset())
+        (root / "sub" / "far.txt").write_bytes(b"far")
+        far = Case("far", "sub/far.txt")
+        assert await calls(far) == ["_make_response"]
+        assert await calls(far) == ["_make_response"]
+        assert await calls(identity) == []
 
 
 # --- curl ---
@@ -481,7 +576,11 @@ def test_import_aiosendfile_leaves_aiohttp_alone() -> None:
 
 
 def test_only_the_sendfile_hook_is_replaced() -> None:
-    """The smallest override: statuses and headers stay aiohttp's own code."""
+    """The smallest override: statuses and headers stay aiohttp's own code (prepare()
+    only chooses where aiohttp's _make_response() runs, and _make_response() only
+    adds the directory's verdict)."""
     ours = {k for k, v in vars(FileResponse).items() if callable(v)}
-    assert ours == {"_sendfile", "_prepare_holding_header"}
+    assert ours == {"_sendfile", "_prepare_holding_header", "prepare", "_make_response"}
     assert callable(getattr(web.FileResponse, "_sendfile", None))
+    # aiohttp 3.11 on: the shape the loop path relies on (3.9 and 3.10: their own path).
+    assert aiosendfile.aiohttp._ON_LOOP_SHAPE == (AIOHTTP >= (3, 11))
