@@ -238,17 +238,24 @@ class PassiveListener:
 async def connect_active(
     address: tuple[str, int], local_ip: str, tls: ssl.SSLContext | None
 ) -> Streams:
-    """PORT/EPRT: the server connects, yet is the TLS server: a connected callback on the
-    protocol makes StreamWriter.start_tls() take the server side."""
+    """PORT/EPRT: the server connects, yet is the TLS server.  The socket is connected
+    first, then handed to the loop as an accepted one: TLS, when asked for, runs from
+    the first byte on the server side.  (Upgrading a plain connection later with
+    start_tls() loses a ClientHello that arrives first: uvloop starts reading at once.)"""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    made: asyncio.Future[asyncio.StreamWriter] = loop.create_future()
-    protocol = asyncio.StreamReaderProtocol(reader, lambda _, w: made.set_result(w))
-    await loop.create_connection(lambda: protocol, *address, local_addr=(local_ip, 0))
-    writer = await made
-    if tls is not None:
-        await writer.start_tls(tls)
-    return reader, writer
+    family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        sock.bind((local_ip, 0))
+        await loop.sock_connect(sock, address)
+        reader = asyncio.StreamReader()
+        protocol = asyncio.StreamReaderProtocol(reader)
+        transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock, ssl=tls)
+    except BaseException:
+        sock.close()
+        raise
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
 
 
 async def close_data(writer: asyncio.StreamWriter, timeout: float) -> None:
@@ -839,6 +846,7 @@ class FTPServer:
         self.root = Root(config.root)
         self.per_ip: dict[str, int] = {}
         self.sessions: set[asyncio.Task[Any]] = set()
+        self.closing = False  # close() was called: cancelled sessions end quietly
         self.server: asyncio.Server | None = None
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -857,6 +865,11 @@ class FTPServer:
         self.sessions.add(task)
         try:
             await Session(self.config, self.root, reader, writer).run()
+        except asyncio.CancelledError:
+            if not self.closing:
+                raise
+            # Ended by our own shutdown: return quietly.  (Python 3.11's stream server
+            # asks a cancelled handler for its exception() and logs what that raises.)
         except Exception:
             log.exception("session of %s failed", ip)
         finally:
@@ -872,6 +885,7 @@ class FTPServer:
         return self
 
     def close(self) -> None:
+        self.closing = True
         if self.server is not None:
             self.server.close()
         for task in self.sessions:
