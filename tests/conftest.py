@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import signal
 import socket
 import ssl
 import struct
@@ -62,6 +63,12 @@ def _warm_up_loops() -> None:
 
 
 _warm_up_loops()
+
+# A run started in the background (`pytest &` in a script) inherits SIGINT ignored, and
+# so would every server the tests stop with Ctrl-C (SIGINT): an ignored signal stays
+# ignored across exec, a handled one is reset to its default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

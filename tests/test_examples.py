@@ -41,7 +41,7 @@ def example(request: pytest.FixtureRequest, served_file: tuple[Path, bytes]) -> 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env_importing_this_package(),
+        env=env_importing_this_package() | {"PYTHONFAULTHANDLER": "1"},
     )
     assert server.stdout is not None and server.stderr is not None
     try:
@@ -51,7 +51,13 @@ def example(request: pytest.FixtureRequest, served_file: tuple[Path, bytes]) -> 
         assert line.startswith("serving "), (line, server.stderr.read())
         yield line.split()[-1]
         server.send_signal(signal.SIGINT)  # Ctrl-C: it ends cleanly
-        assert server.wait(timeout=10) == 0
+        try:
+            status = server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: every thread's stack
+            server.wait(10)
+            pytest.fail(f"the example did not stop on Ctrl-C:\n{server.stderr.read()}")
+        assert status == 0
         assert server.stderr.read() == ""
     finally:
         if server.poll() is None:
