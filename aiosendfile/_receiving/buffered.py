@@ -4,7 +4,8 @@
 The transport keeps doing the reading (and, over TLS, the decrypting), but into
 our buffers: for the duration of the receive its protocol is swapped, with the
 public set_protocol(), for an `_Intake`, a BufferedProtocol that hands the
-transport two reused buffers in turn.  While a worker thread writes one to the
+transport two reused buffers in turn (each made when first needed, no larger
+than what is owed).  While a worker thread writes one to the
 file, the transport fills the other; when that one is full too, reading pauses
 until the write is done.  Every get_buffer() is cut to the bytes still owed, so
 the transport never takes a byte past `count`: the rest stays in the socket, or
@@ -28,7 +29,8 @@ from .._forwarding import Forwarding, deliver
 from .reading import ReadSide
 from .receipt import Receipt
 
-CHUNK_SIZE = 256 * 1024  # each of the two buffers
+CHUNK_SIZE = 256 * 1024  # each of the two buffers, at most
+PASS_ON_SIZE = 64 * 1024  # what a finished intake left in a chain reads into
 
 
 async def receive_buffered(receipt: Receipt) -> None:
@@ -63,7 +65,11 @@ class _Intake(Forwarding, asyncio.BufferedProtocol):
         super().__init__(inner)
         self._side = side
         self._wanted = wanted  # bytes still to take from the transport
-        self._buffers = (memoryview(bytearray(CHUNK_SIZE)), memoryview(bytearray(CHUNK_SIZE)))
+        # Sized to what is owed, each made when the transport first needs it: a small
+        # upload allocates (and zero-fills) its own size once, not 512 KiB.
+        self._size = CHUNK_SIZE if wanted is None else max(1, min(CHUNK_SIZE, wanted))
+        self._buffers: list[memoryview | None] = [None, None]
+        self._scratch: memoryview | None = None
         self._filling = 0  # index of the buffer the transport writes into
         self._filled = 0  # bytes in it
         self._stopped = False  # we paused reading: no room, or nothing more wanted
@@ -80,13 +86,13 @@ class _Intake(Forwarding, asyncio.BufferedProtocol):
         transport goes on into the other, which must be free again by now."""
         while self._filled == 0:
             if self.eof or self.lost or self._wanted == 0:
-                return self._buffers[0][:0]
+                return memoryview(b"")
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._waiter
             finally:
                 self._waiter = None
-        chunk = self._buffers[self._filling][: self._filled]
+        chunk = self._buffer()[: self._filled]
         self._filling ^= 1
         self._filled = 0
         if self._stopped and self._wanted != 0 and not self.eof:
@@ -99,15 +105,16 @@ class _Intake(Forwarding, asyncio.BufferedProtocol):
             raise self.error
 
     def finish(self) -> None:
-        self._finished = True
-        self._scratch = memoryview(bytearray(CHUNK_SIZE))  # ours are the file's until then
+        self._finished = True  # our buffers are the file's until then: never reused
 
     # --- what the transport calls ---
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._finished:
+            if self._scratch is None:
+                self._scratch = memoryview(bytearray(PASS_ON_SIZE))
             return self._scratch
-        room = self._buffers[self._filling][self._filled :]
+        room = self._buffer()[self._filled :]
         if self._wanted is not None:
             room = room[: self._wanted]
         return room  # never empty: reading is paused when it would be
@@ -119,7 +126,7 @@ class _Intake(Forwarding, asyncio.BufferedProtocol):
         self._filled += nbytes
         if self._wanted is not None:
             self._wanted -= nbytes
-        if self._filled == CHUNK_SIZE or self._wanted == 0:
+        if self._filled == self._size or self._wanted == 0:
             self._stopped = True
             self._side.pause()
         self._wake()
@@ -141,10 +148,18 @@ class _Intake(Forwarding, asyncio.BufferedProtocol):
             self._wake()
         self.inner.connection_lost(exc)
 
+    def _buffer(self) -> memoryview:
+        """The buffer the transport fills, made the first time it is needed."""
+        buffer = self._buffers[self._filling]
+        if buffer is None:
+            buffer = self._buffers[self._filling] = memoryview(bytearray(self._size))
+        return buffer
+
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
     def _pass_on(self, nbytes: int) -> None:
         """Left in a chain after the receive: bytes go to the application's protocol."""
+        assert self._scratch is not None
         deliver(self.inner, bytes(self._scratch[:nbytes]))
