@@ -49,6 +49,11 @@ relies on, the same from aiohttp 3.9 to 3.14 (checked against both) unless noted
 - `web_fileresponse.NOSENDFILE`; `web.StaticResource` binding its routes to
   `self._handle`, which returns `web.FileResponse(path, chunk_size=...)` for a file
   (its `_path`, `_chunk_size`).
+- from aiohttp 3.11: `StaticResource._handle()` checks the name, then runs
+  `_resolve_path_to_response(self._directory.joinpath(filename))` in the executor
+  (resolution, the protections, the directory check, the FileResponse); ours calls
+  that same method on the loop when the path is a cached regular file of a local
+  directory.  Where `_handle()` no longer names it, aiohttp's runs unchanged.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ import errno
 import logging
 import os
 import pathlib
+import stat
 from typing import Any
 
 from aiohttp import hdrs, web, web_fileresponse
@@ -221,16 +227,18 @@ def _lookups_cached(path: pathlib.Path, accept_encoding: str) -> bool:
     return True
 
 
-def _cached(path: str, dev: int, flags: int, missing_ok: bool) -> bool:
+def _cached(path: str, dev: int, flags: int, missing_ok: bool, regular: bool = False) -> bool:
     try:
         fd = _files.open_from_dentry_cache(path, flags)
     except OSError as exc:
         # ENOENT with RESOLVE_CACHED: a cached negative entry, found with no wait.
         return missing_ok and exc.errno == errno.ENOENT
     try:
-        return os.fstat(fd).st_dev == dev  # not another filesystem mounted since
+        st = os.fstat(fd)
     finally:
         os.close(fd)
+    # Not another filesystem mounted since; and, if asked, a regular file.
+    return st.st_dev == dev and (not regular or stat.S_ISREG(st.st_mode))
 
 
 class StaticResource(web.StaticResource):
@@ -241,7 +249,12 @@ class StaticResource(web.StaticResource):
     """
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        response = await super()._handle(request)
+        unresolved = self._unresolved_if_cached(request)
+        if unresolved is None:
+            response = await super()._handle(request)  # resolved in aiohttp's executor
+        else:
+            # aiohttp's own resolution and checks, here: nothing in them waits.
+            response = self._resolve_path_to_response(unresolved)
         if type(response) is not web.FileResponse:
             return response  # a directory index, or a subclass someone chose
         path: pathlib.Path = response._path
@@ -252,6 +265,35 @@ class StaticResource(web.StaticResource):
             reason=response.reason,
             headers=response.headers,
         )
+
+    def _unresolved_if_cached(self, request: web.Request) -> pathlib.Path | None:
+        """The path aiohttp's `_resolve_path_to_response()` would resolve (in its
+        executor), when that waits for nothing: a regular file whose directory is on
+        a local filesystem and whose every path component, symlinks followed, is in
+        the dentry cache (openat2 RESOLVE_CACHED, O_PATH).  None otherwise: a
+        directory (its index lists it), a cold or missing path, an odd name."""
+        if not _STATIC_ON_LOOP_SHAPE or (
+            type(self)._resolve_path_to_response is not web.StaticResource._resolve_path_to_response
+        ):
+            return None  # aiohttp before 3.11, or a subclass that resolves its own way
+        filename = pathlib.Path(request.match_info["filename"])
+        if filename.anchor or filename.is_absolute():
+            return None  # aiohttp answers these itself (403 or 404, by version)
+        unresolved = self._directory.joinpath(filename)
+        try:
+            dev = _files.verdict_of(unresolved)
+            if dev is None:
+                return None
+            if not _cached(os.fspath(unresolved), dev, os.O_PATH, False, regular=True):
+                return None
+        except (OSError, ValueError):
+            return None  # a NUL in the name, say: aiohttp's path has the last word
+        return unresolved
+
+
+# aiohttp 3.11 and later: StaticResource._handle() runs _resolve_path_to_response()
+# in the executor.  Earlier versions resolve inline: their _handle() is left alone.
+_STATIC_ON_LOOP_SHAPE = "_resolve_path_to_response" in web.StaticResource._handle.__code__.co_names
 
 
 def add_static(
