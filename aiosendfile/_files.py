@@ -71,8 +71,9 @@ def open_path(path: str | os.PathLike[str], mode: str, wrap: Callable[[Any], _T]
 
 def _open_without_waiting(path: str | os.PathLike[str], flags: int) -> int:
     # O_NONBLOCK: open(2) of a FIFO (or a modem line) returns at once instead
-    # of waiting for the other end.
-    fd = os.open(path, flags | os.O_NONBLOCK)
+    # of waiting for the other end.  0o666: a file created gets what open(path, "wb")
+    # gives it, less the umask (os.open's default, 0o777, would make it executable).
+    fd = os.open(path, flags | os.O_NONBLOCK, 0o666)
     try:
         _keep_blocking_unless_fifo(fd, flags, os.fstat(fd))
     except BaseException:

@@ -898,6 +898,32 @@ async def test_receive_count_zero_reads_nothing(
     assert path.read_bytes() == b""  # a path is created or truncated
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+async def test_receive_creates_files_as_open_does(
+    connect: Callable[..., Any], tmp_path: Path, umask: int
+) -> None:
+    """A new path gets 0o666 less the umask, as open(path, "wb") gives it: never
+    executable; an existing file keeps its mode."""
+    conn: Connection = await connect("tcp", reading=False)
+    new, existing = tmp_path / "new.bin", tmp_path / "existing.bin"
+    existing.write_bytes(b"old")
+    existing.chmod(0o600)
+    previous = os.umask(umask)
+    try:
+        pushing = conn.peer.push(b"a" * 10 + b"b" * 10)
+        assert await aiosendfile.receive(conn.reader, conn.writer, new, 10) == 10
+        assert await aiosendfile.receive(conn.reader, conn.writer, existing, 10) == 10
+        await pushing
+        with (tmp_path / "by-open.bin").open("wb"):
+            pass  # the control, under the same umask
+    finally:
+        os.umask(previous)
+    assert new.stat().st_mode & 0o7777 == 0o666 & ~umask
+    assert new.stat().st_mode & 0o7777 == (tmp_path / "by-open.bin").stat().st_mode & 0o7777
+    assert existing.stat().st_mode & 0o7777 == 0o600
+    assert existing.read_bytes() == b"b" * 10
+
+
 # --- the StreamReader internals, read in one place ---
 
 
