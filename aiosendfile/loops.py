@@ -11,8 +11,10 @@ nothing patched globally: only loops made from these classes behave so.
 
 `loop.sendfile()` keeps asyncio's signature and semantics: its argument checks
 and messages, RuntimeError for a closing transport, fallback=False refusing a
-transport that cannot send zero-copy (TLS), the file's position after the
-call, the total returned.  The bytes go as `send()` sends them: zero-copy on
+transport that cannot send zero-copy (TLS) with RuntimeError and a file that
+cannot go zero-copy with SendfileNotAvailableError, the file's position after
+the call (also when nothing was sent: an offset at or past the end), the total
+returned.  The bytes go as `send()` sends them: zero-copy on
 plain sockets, the buffered path (256 KiB chunks) on TLS.
 
 `UVLoop` needs uvloop (imported when first named).
@@ -24,6 +26,7 @@ import asyncio
 from typing import Any
 
 from ._sending.api import send, which_path
+from ._transports import is_tls
 
 
 class SendfileLoopMixin:
@@ -43,12 +46,54 @@ class SendfileLoopMixin:
         if transport.is_closing():
             raise RuntimeError("Transport is closing")
         _check_sendfile_params(file, offset, count)
-        if not fallback and which_path(transport, file).path == "buffered":
+        if not fallback and is_tls(transport):
+            # asyncio refuses a transport that cannot send natively (TLS) with a
+            # RuntimeError; a file sendfile(2) cannot send, send() refuses with
+            # SendfileNotAvailableError, as asyncio's native attempt does.
             raise RuntimeError(
                 f"fallback is disabled and native sendfile is not supported for "
                 f"transport {transport!r}"
             )
+        position = _position_of(file)
+        # Where asyncio leaves the position when nothing is sent: unchanged by its
+        # native path (sendfile(2)); at a non-zero offset by its fallback (TLS, a
+        # file sendfile(2) refuses), which seeks there before reading.  send()
+        # leaves it at offset + bytes sent, as both do once a byte is sent.
+        if position is not None and position != offset and _native(transport, file, offset):
+            try:
+                return await send(transport, file, offset, count, fallback=fallback)
+            finally:
+                _restore_if_unsent(file, offset, position)
         return await send(transport, file, offset, count, fallback=fallback)
+
+
+def _position_of(file: Any) -> int | None:
+    """The file's position before the call; None for what has none (a path, a pipe)."""
+    try:
+        position: int = file.tell()
+    except (AttributeError, OSError, ValueError):
+        return None
+    return position
+
+
+def _restore_if_unsent(file: Any, offset: int, position: int) -> None:
+    """Puts the position back where it was when no byte was sent (send() left it at offset)."""
+    try:
+        if file.tell() == offset:
+            file.seek(position)
+    except (OSError, ValueError):
+        pass  # closed meanwhile: the call's own outcome is what matters
+
+
+def _native(transport: Any, file: Any, offset: int) -> bool:
+    """Whether asyncio would send this through its native path (not its fallback,
+    which for offset 0 leaves an unsent file's position alone too)."""
+    if not offset:
+        return True
+    try:
+        return which_path(transport, file).path != "buffered"
+    except (OSError, ValueError, TypeError, RuntimeError):
+        return False  # send() raises its own error for it
 
 
 def _check_sendfile_params(file: Any, offset: object, count: object) -> None:

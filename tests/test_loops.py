@@ -7,6 +7,7 @@ application would, with a real client in a thread reading to EOF.
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import socket
 import ssl
@@ -225,3 +226,70 @@ def test_loop_classes_change_nothing_global(loop_class: Any) -> None:
         assert type(loop).sendfile is asyncio.BaseEventLoop.sendfile
     finally:
         loop.close()
+
+
+def _sendfile_outcome(
+    loop_factory: Any, file: Any, tmp_path: Path, kind: str, tls: Any, **kwargs: Any
+) -> tuple[Any, bytes]:
+    """loop.sendfile(transport, file, **kwargs) on a loop of `loop_factory`: what it
+    returned (or the class and message of what it raised) and what the client got."""
+
+    async def main() -> tuple[Any, bytes]:
+        async def handle(writer: asyncio.StreamWriter) -> Any:
+            try:
+                return await asyncio.get_running_loop().sendfile(writer.transport, file, **kwargs)
+            except Exception as exc:
+                return type(exc), str(exc)
+
+        contexts = tls if kind == "tls" else None
+        return await serve_once(handle, "unix" if kind == "unix" else "tcp", tmp_path, contexts)
+
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        result: tuple[Any, bytes] = runner.run(main())
+        return result
+
+
+@pytest.mark.parametrize("kind", ["tcp", "unix"])
+def test_loop_sendfile_no_fallback_for_a_file_that_cannot_go_zero_copy(
+    loop_class: Any, kind: str, tmp_path: Path
+) -> None:
+    """fallback=False on a plain socket with a file sendfile(2) cannot send: asyncio's
+    SendfileNotAvailableError (callers catch it to fall back), nothing sent."""
+    stock, received = _sendfile_outcome(
+        asyncio.SelectorEventLoop, io.BytesIO(b"x" * 1000), tmp_path, kind, None, fallback=False
+    )
+    assert stock[0] is asyncio.SendfileNotAvailableError and received == b""  # the control
+    ours, received = _sendfile_outcome(
+        loop_class, io.BytesIO(b"x" * 1000), tmp_path, kind, None, fallback=False
+    )
+    assert ours[0] is asyncio.SendfileNotAvailableError, ours
+    assert received == b""
+
+
+@pytest.mark.parametrize("kind", ["tcp", "unix", "tls"])
+@pytest.mark.parametrize(("offset", "count"), [(1000, None), (5000, None), (5000, 10)])
+def test_loop_sendfile_past_the_end_leaves_the_position_as_asyncio(
+    loop_class: Any,
+    kind: str,
+    offset: int,
+    count: int | None,
+    make_file: Callable[..., Path],
+    tmp_path: Path,
+    tls_contexts: tuple[ssl.SSLContext, ssl.SSLContext],
+) -> None:
+    """An offset at or past the end sends nothing and returns 0; the file's position
+    ends where asyncio's loop.sendfile leaves it: unchanged on a plain socket
+    (sendfile(2) sent nothing), at `offset` over TLS (its fallback seeks first)."""
+    path = make_file(1000)
+    outcomes = []
+    for factory in (asyncio.SelectorEventLoop, loop_class):
+        with path.open("rb") as f:
+            f.seek(123)
+            result, received = _sendfile_outcome(
+                factory, f, tmp_path, kind, tls_contexts, offset=offset, count=count
+            )
+            outcomes.append((result, received, f.tell()))
+    stock, ours = outcomes
+    assert stock[:2] == (0, b"")
+    assert stock[2] == (offset if kind == "tls" else 123)  # what the control shows
+    assert ours == stock
