@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from .. import _core
 from .._errors import IncompleteReceiveError, transport_closing
@@ -12,6 +11,7 @@ from .._files import close_file_argument, start_file_argument
 from .._progress import Progress
 from .._serial import end_turn, take_turn
 from .._transports import PathChoice, zero_copy_refusal
+from .._types import Reader, ReceiveWriter, TargetFile
 from .buffered import receive_buffered
 from .reading import ReadSide, read_side
 from .receipt import Receipt
@@ -22,9 +22,9 @@ log = logging.getLogger("aiosendfile")
 
 
 async def receive(
-    reader: Any,
-    writer: Any,
-    file: Any,
+    reader: Reader,
+    writer: ReceiveWriter,
+    file: TargetFile,
     count: int | None = None,
     *,
     offset: int | None = None,
@@ -33,7 +33,89 @@ async def receive(
     """Receives `count` bytes (None: until the peer closes) from the connection into
     `file` at `offset` (None: the file's position); returns the bytes written.
 
-    See the README for the full contract.
+    The receiving twin of `send()`, for uploads (an HTTP `PUT` or `POST` body,
+    FTP's `STOR`, replication).  Zero-copy (`splice(2)` socket -> pipe -> file)
+    for a regular file on a plain TCP or Unix-socket transport, on the stock
+    asyncio loop and on uvloop; TLS transports and other files take the
+    buffered path.
+
+    Args:
+        reader: the connection's `asyncio.StreamReader`, or, with a raw
+            transport as `writer`, that transport's protocol
+            (`receive(protocol, transport, file)`).
+        writer: the same connection's `asyncio.StreamWriter`, or its raw stream
+            transport: TCP, Unix socket or TLS, on the stock loop or uvloop.
+        file: a binary file object open for writing (`"wb"`, `"r+b"`, `"ab"`);
+            an `aiofiles` binary file; a `str` or `os.PathLike` path (created or
+            truncated, opened and closed by `receive()`, in a worker; a FIFO
+            that no process has open for reading raises `OSError(ENXIO)` rather
+            than wait); any other writable binary object (`io.BytesIO`, a pipe).
+        count: the bytes to receive (int >= 0); `None`: until the peer closes
+            its side.
+        offset: where in the file the first byte goes (int >= 0); `None`: the
+            file's current position.
+        progress: `progress(received, total)`, called as the receive advances
+            and once at the end with the return value: bytes written so far,
+            and `count` (`None` until the end when it was `None`).
+
+    Returns:
+        The number of bytes written to the file.
+
+    What you can rely on:
+
+    1. **Stream order.** Bytes the `StreamReader` already holds (the start of
+       a body that arrived with the request's head) go to the file first, then
+       the rest.  Exactly `count` bytes are taken: what follows stays in the
+       connection for the next `reader.read*()` or `data_received()`, so
+       pipelined requests on one connection work.  With a raw transport, bytes
+       the protocol's `data_received()` already got are the caller's: write
+       them first, then receive the rest.
+    2. **File position.** Bytes go to the file's descriptor at explicit
+       offsets; bytes still buffered in the file object are flushed first.
+       After `receive()` returns, or raises once writing has begun
+       (cancellation included), `file.tell() == offset + n` for `n` bytes
+       written.  A file opened with `"ab"` always appends.  A path is created
+       or truncated before anything is read, even if the receive then fails.
+    3. **Peer closes early.** With `count` given, an end of stream before
+       `count` bytes raises `IncompleteReceiveError` (an
+       `asyncio.IncompleteReadError` with `expected == count`, `partial ==
+       b""` and `received`, the bytes already in the file).  A plain transport
+       stays open, so the caller can still answer (asyncio closes a TLS
+       transport on the peer's `close_notify`).  A TCP reset raises
+       `ConnectionResetError` and closes the transport.
+    4. **Disk full.** `ENOSPC` (or `EFBIG` past `RLIMIT_FSIZE`) raises that
+       `OSError`; reading is resumed and the transport left open, but its
+       stream is somewhere inside the upload: close it.
+    5. **Cancellation** stops within one loop iteration and raises
+       `CancelledError`; nothing leaks (descriptors, loop registrations,
+       protocols swapped in, pipes), and reading is resumed.  `file.tell()`
+       says how much reached the file, and no thread touches the file after
+       `receive()` raised.  Bytes taken from the socket and not written are
+       gone from the stream, so framed protocols will usually close it.
+    6. **Concurrency.** Concurrent `receive()` calls on one reader run one
+       after another, in call order.  Do not read from the reader yourself
+       while a receive on it runs; `send()` on the same connection may run at
+       the same time.
+    7. **Reading resumed.** The transport's reading is paused for the
+       zero-copy path and put back as it was when the receive ends, in the
+       state the `StreamReader`'s own flow control expects.
+    8. **Bad input** raises before anything is read from the connection:
+       `io.UnsupportedOperation` for a file not open for writing; `TypeError`
+       for a text-mode file, an `int`, `bytes` or any object that is not a
+       file or a path, a non-integer `count` or `offset`, a `reader` or
+       `writer` of the wrong kind; `ValueError` for a negative `count` or
+       `offset`, a closed file, an explicit `offset` on a file opened with
+       `"ab"` or that cannot seek, a `reader` and `writer` of different
+       connections; `FileNotFoundError`, `IsADirectoryError`,
+       `PermissionError` for bad paths; `RuntimeError` ("not supported") for
+       a datagram transport.
+
+    Raises:
+        IncompleteReceiveError: the peer closed before `count` bytes came.
+        TransportClosingError: the transport is closing or was closed.
+        ConnectionError: the peer reset the connection.
+        OSError: the file could not be written (`ENOSPC`, `EIO`...).
+        TypeError, ValueError: bad input, as listed above.
     """
     side = read_side(reader, writer)
     _check_arguments(count, offset, progress)

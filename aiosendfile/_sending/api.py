@@ -18,6 +18,7 @@ from .._files import (
 from .._progress import Progress
 from .._serial import claim_turn, end_turn, take_turn
 from .._transports import PathChoice, zero_copy_refusal
+from .._types import Buffers, SourceFile, Writer
 from .buffered import send_buffered
 from .flow import Flow
 from .guard import hold_writes, release_writes
@@ -30,19 +31,114 @@ log = logging.getLogger("aiosendfile")
 
 
 async def send(
-    writer: Any,
-    file: Any,
+    writer: Writer,
+    file: SourceFile,
     offset: int = 0,
     count: int | None = None,
     *,
-    headers: Any = None,
-    trailers: Any = None,
+    headers: Buffers | None = None,
+    trailers: Buffers | None = None,
     fallback: bool = True,
     progress: Progress | None = None,
 ) -> int:
     """Sends `count` bytes of `file` from `offset` down `writer`; returns the file bytes sent.
 
-    See the README for the full contract.
+    Zero-copy (`sendfile(2)` from the page cache) for a regular file on a plain
+    TCP or Unix-socket transport, on the stock asyncio loop and on uvloop; TLS
+    transports and other files take the buffered path.  Where asyncio's
+    `loop.sendfile()` defines a behaviour, `send()` matches it.
+
+    Args:
+        writer: an `asyncio.StreamWriter`, or a stream transport (what
+            `create_connection()`, `create_server()` and `start_server()` give)
+            of the stock loop or uvloop: TCP, Unix socket or TLS.
+        file: a binary file object open for reading; an `aiofiles` binary file;
+            a `str` or `os.PathLike` path (opened and closed by `send()`, off the
+            loop where its filesystem can wait; a FIFO opens without waiting for
+            its writer); any other readable binary object (`io.BytesIO`, a pipe).
+        offset: where in the file to start (int >= 0, at most 2**63 - 1),
+            whatever the file's current position.
+        count: how many file bytes to send (int >= 0); `None` (or a count
+            past 2**63 - 1): to the end of the file.
+        headers: a bytes-like object (`bytes`, `bytearray`, `memoryview`,
+            `array`, `mmap`: C-contiguous), or a sequence of them, sent right
+            before the file's bytes, also when the range is empty; on the
+            zero-copy path it shares a TCP segment with the file's first bytes.
+        trailers: the same, sent right after the file's bytes.
+        fallback: `False`: raise `SendfileNotAvailableError` rather than take
+            the buffered path.
+        progress: `progress(sent, total)`, called as the send advances and once
+            at the end with `sent` equal to the return value: file bytes sent
+            so far, and the total expected (`min(count, size - offset)` for a
+            regular file, `None` when unknown).
+
+    Returns:
+        The number of file bytes sent (headers and trailers are not counted).
+
+    What you can rely on:
+
+    1. **Ordering.** Everything written to the writer before the call goes out
+       before the file's bytes; everything written after it returns goes after
+       them.
+    2. **File position.** After `send()` returns, or raises once sending has
+       begun (cancellation included), `file.tell() == offset + n`, where `n` is
+       the number of file bytes handed to the kernel or the transport.  Bad
+       input and a closed writer leave the position unchanged.
+    3. **Short files.** A file with fewer than `count` bytes from `offset` is
+       sent to its end and the smaller number returned; `send()` never waits
+       for a file to grow, and a file that shrinks while it is sent stops at
+       its new end.  `count=0` sends no file byte and returns 0 (headers and
+       trailers still go).  Do not truncate a file in place while it is sent:
+       on the zero-copy path the socket holds the file's page-cache pages until
+       the peer has the bytes, so a peer can get zeros where the cut was; write
+       a new file and `rename()` it over the old one instead.
+    4. **Closed writer.** A transport already closing raises
+       `TransportClosingError` ("Transport is closing": a `ConnectionError` and
+       a `RuntimeError`) before sending anything.  A transport closed or
+       aborted by another task while a send waits ends that send at once with
+       the same error, and the connection really closes.
+    5. **Peer gone.** A reset or closed peer raises a `ConnectionError`
+       (`BrokenPipeError`, `ConnectionResetError` or `TransportClosingError`)
+       and the transport is closed.  `send()` never changes the SIGPIPE
+       disposition, and its own system calls raise no SIGPIPE even when the
+       application installed a handler.
+    6. **Cancellation** stops the transfer within one loop iteration and raises
+       `CancelledError`; nothing leaks (descriptors, loop registrations,
+       write-buffer limits, disk jobs).  The transport stays open with the file
+       partly sent (`file.tell()` says how far); framed protocols will usually
+       close it.
+    7. **Concurrency.** Concurrent `send()` calls on one writer run one after
+       another, in call order, never interleaved.  Reading is never paused:
+       data from the peer reaches the protocol or `StreamReader` while a send
+       is in progress.  A `write()` or `writelines()` made while a send runs or
+       waits its turn raises `RuntimeError("unable to write; sendfile is in
+       progress")`, as asyncio's transports do during `loop.sendfile()`, and
+       nothing of it is sent (uvloop's transport itself cannot refuse it: do
+       not write to it directly while a send runs).
+    8. **Never stalls the loop.** `send()` never waits on the loop for the
+       network, and pages not in the page cache are read in, and paths on
+       filesystems that can wait are opened, by worker threads, so it does not
+       wait for the disk either.  One writable event moves at most a fair share
+       (at least 128 KiB) when several sends are in progress on the loop.
+    9. **Bad input** raises before anything is sent: `TypeError` for a
+       text-mode file, an `int`, `bytes` or any object that is not a file or a
+       path, a `str` as `headers`, a non-integer `offset` or `count`, a header
+       that is not C-contiguous, a socket object given as the writer;
+       `ValueError` for a negative `offset` or `count`, an `offset` past
+       2**63 - 1, a closed file, a file not open for reading
+       (`io.UnsupportedOperation`), `offset > 0` on a file that cannot seek;
+       `FileNotFoundError`, `IsADirectoryError`, `PermissionError` for bad
+       paths; `RuntimeError` ("not supported") for a datagram transport.  Bytes
+       written to an `"r+b"` file object and not flushed are flushed first.
+
+    Raises:
+        SendfileNotAvailableError: with `fallback=False`, when zero-copy is not
+            possible (TLS, a file that is not regular), before anything is
+            sent; when a filesystem refuses `sendfile(2)` at the first call,
+            the headers may already have gone.
+        TransportClosingError: the transport is closing or was closed.
+        ConnectionError: the peer went away.
+        TypeError, ValueError, OSError: bad input, as listed above.
     """
     if (
         type(offset) is not int
@@ -185,13 +281,15 @@ async def _send_in_turn(
     return transfer
 
 
-def which_path(writer: Any, file: Any) -> PathChoice:
-    """Tells which path send(writer, file) would take, and why; sends nothing.
+def which_path(writer: Writer, file: SourceFile) -> PathChoice:
+    """Tells which path `send(writer, file)` would take, and why; sends nothing.
 
-    "quick" where send(writer, file) with no trailers or progress, and bytes or no
-    headers, would take the quick route now (see _sending.quick).  Synchronous: a
-    path is opened (and closed) here, on the calling thread, whatever its
-    filesystem; on one that may be slow, ask with the file object instead.
+    Returns a `PathChoice` whose `path` is `"quick"` (a small cached response
+    in one call of the core: what `send(writer, file)` with no trailers or
+    progress, and bytes or no headers, would do now), `"zerocopy"` or
+    `"buffered"`, and whose `reason` says why.  Synchronous: a path is opened
+    (and closed) here, on the calling thread, whatever its filesystem; on one
+    that may be slow, ask with the file object instead.
     """
     flow = Flow.of(writer)
     source = open_file_argument(file, "read", Source)
