@@ -34,7 +34,9 @@ relies on, the same from aiohttp 3.9 to 3.14 (checked against both) unless noted
   `write_headers()`, in 3.14 from `send_headers()`. Caught there, they become
   `send()`'s `headers=`. Were they written some other way, nothing is caught: aiohttp
   writes them and `send()` sends the file after them, as after anything queued.
-- the payload writer's `output_size`, the byte count the access log reports.
+- the payload writer's `output_size`, the byte count the access log reports, and
+  `StreamResponse._body_length`, where `write_eof()` copies it for the access log
+  (set here for a response the client aborted, which never reaches write_eof()).
 - from aiohttp 3.11 (to 3.14, the same code): `web.FileResponse.prepare()` calls
   `_make_response(request, accept_encoding)` (lower-cased Accept-Encoding) in the
   executor, which stats `_path` or the sibling `_get_file_path_stat_encoding()`
@@ -153,9 +155,17 @@ class FileResponse(web.FileResponse):
             raise ConnectionResetError("Connection lost")  # aiohttp's quiet path
         self.path_taken = which_path(transport, fobj).path  # asked before the header is held
         writer, header = await self._prepare_holding_header(request)
-        # A ConnectionError (client gone) propagates: aiohttp's finish_response takes it
-        # as a premature disconnection, quietly; send() has already closed the transport.
-        sent = await send(transport, fobj, offset, count, headers=header)
+        try:
+            sent = await send(transport, fobj, offset, count, headers=header)
+        except ConnectionError:
+            # The client went away: aiohttp's finish_response takes it as a premature
+            # disconnection, quietly (send() has closed the transport), and logs the
+            # response with the body_length write_eof() sets, which it never reaches.
+            # The log says what went instead: send() leaves the file after the bytes
+            # it handed to the kernel.
+            writer.output_size += len(header) + max(fobj.tell() - offset, 0)
+            self._body_length = writer.output_size
+            raise
         writer.output_size += len(header) + sent  # what aiohttp's own writes would count
         if sent < count:
             # The file shrank: the client was promised `count` bytes. Closing now is

@@ -80,14 +80,17 @@ def _have_uvloop() -> bool:
 
 
 class AccessLogger(AbstractAccessLogger):
-    """`127.0.0.1 "GET /f.bin HTTP/1.1" 200 1048788 zerocopy 0.004s`: the path taken is
-    the FileResponse's (quick, zerocopy, buffered, aiohttp), "-" for other responses."""
+    """`127.0.0.1 "GET /f.bin HTTP/1.1" 200 1048788 zerocopy 0.004s`: the bytes written
+    (headers included; for a download the client aborted, what went before it left),
+    and the path the body took (quick, zerocopy, buffered, aiohttp), "-" for a
+    response with no file body (HEAD, 304, 412, 416, 403, 404, an empty file...)."""
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
         self.logger.info(
             '%s "%s %s HTTP/%d.%d" %d %d %s %.3fs',
             request.remote, request.method, request.path_qs, *request.version,
-            response.status, response.body_length, getattr(response, "path_taken", "-"), time,
+            response.status, response.body_length,
+            getattr(response, "path_taken", None) or "-", time,
         )  # fmt: skip
 
 
@@ -97,12 +100,28 @@ def make_app(directory: str | os.PathLike[str], follow_symlinks: bool = False) -
     return app
 
 
+class CannotServe(Exception):
+    """Why the server could not start, said in one line (no traceback)."""
+
+
+def _reason(exc: OSError) -> str:
+    """The cause in a few words: "Address already in use", "Name or service not known"."""
+    if isinstance(exc, ssl.SSLError):
+        return f"not a PEM certificate chain and its private key ({exc})"
+    if exc.errno is not None and exc.errno > 0:
+        return os.strerror(exc.errno)
+    return exc.strerror or str(exc)  # getaddrinfo's errors (negative codes) name themselves
+
+
 async def serve(args: argparse.Namespace) -> None:
     """Serves until cancelled (Ctrl-C) or SIGTERM."""
     tls = None
     if args.tls_cert:
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        tls.load_cert_chain(args.tls_cert, args.tls_key)
+        try:
+            tls.load_cert_chain(args.tls_cert, args.tls_key)
+        except OSError as exc:  # ssl.SSLError is one
+            raise CannotServe(f"cannot load the TLS certificate and key: {_reason(exc)}") from exc
     runner = web.AppRunner(
         make_app(args.directory, args.follow_symlinks),
         access_log_class=AccessLogger,
@@ -115,7 +134,10 @@ async def serve(args: argparse.Namespace) -> None:
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     try:
         site = web.TCPSite(runner, args.host, args.port, ssl_context=tls)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:  # the port in use, an address not ours, no such host
+            raise CannotServe(f"cannot listen on {args.host}:{args.port}: {_reason(exc)}") from exc
         scheme = "https" if tls else "http"
         for host, port, *_ in runner.addresses:
             print(
@@ -138,4 +160,7 @@ def main(argv: Sequence[str], prog: str = "python -m aiosendfile serve") -> int:
             runner.run(serve(args))
     except KeyboardInterrupt:
         print("Stopped.", file=sys.stderr)
+    except CannotServe as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
     return 0

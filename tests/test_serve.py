@@ -11,6 +11,8 @@ import os
 import select
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -203,3 +205,84 @@ def test_serve_not_a_directory(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=START_TIMEOUT, env=env_importing_this_package(),
     )  # fmt: skip
     assert out.returncode == 2 and "not a directory" in out.stderr, out.stderr
+
+
+def log_lines(log: str, request: str) -> list[list[str]]:
+    """The access-log lines of `request` ("GET /big.bin"): [status, bytes, path, time]."""
+    return [
+        line.split(' HTTP/1.1" ', 1)[1].split()
+        for line in log.splitlines()
+        if f'"{request} HTTP/1.1" ' in line
+    ]
+
+
+def read_some_then_reset(url: str, path: str, at_least: int) -> int:
+    """A client that asks for `path`, reads `at_least` bytes and resets the connection;
+    returns how many bytes it read."""
+    host, port = url.split("//", 1)[1].rstrip("/").rsplit(":", 1)
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        got = 0
+        while got < at_least:
+            chunk = sock.recv(1 << 16)
+            assert chunk, "the server closed first"
+            got += len(chunk)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    return got
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_serve_log_without_a_body_and_after_an_abort(
+    served: Path, server_factory: list[Server], loop: str
+) -> None:
+    """The path column says "-" where no body was sent (HEAD, 304, 412, 416, 403, 404,
+    an empty file); a download the client aborted logs the bytes that went, not 0."""
+    huge = 32 * MiB
+    (served / "huge.bin").write_bytes(pattern(huge, seed=5))
+    os.mkfifo(served / "fifo")
+    server = start_server(served, "--loop", loop)
+    server_factory.append(server)
+    url = server.url
+    head = curl("--head", f"{url}big.bin").stdout.decode()
+    etag = next(line.split(":", 1)[1].strip() for line in head.splitlines()
+                if line.lower().startswith("etag:"))  # fmt: skip
+    assert status_of(f"{url}big.bin", "--header", f"If-None-Match: {etag}") == 304
+    assert status_of(f"{url}big.bin", "--header", 'If-Match: "nope"') == 412
+    assert status_of(f"{url}big.bin", "--range", "99999999-") == 416
+    assert status_of(f"{url}fifo") == 403
+    assert status_of(f"{url}missing.bin") == 404
+    assert status_of(f"{url}empty.bin") == 200
+    read = read_some_then_reset(url, "/huge.bin", MiB)
+    code, log = server.stop()
+    assert code == 0, log
+    no_body = [
+        *log_lines(log, "HEAD /big.bin"),
+        *log_lines(log, "GET /big.bin"),
+        *log_lines(log, "GET /fifo"),
+        *log_lines(log, "GET /missing.bin"),
+        *log_lines(log, "GET /empty.bin"),
+    ]
+    assert sorted(fields[0] for fields in no_body) == sorted(
+        ["200", "304", "412", "416", "403", "404", "200"]
+    ), log
+    assert all(fields[2] == "-" for fields in no_body), log
+    [aborted] = log_lines(log, "GET /huge.bin")
+    assert aborted[0] == "200" and aborted[2] in ("quick", "zerocopy"), aborted
+    assert read <= int(aborted[1]) < huge, (read, aborted)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_serve_port_in_use(served: Path, loop: str) -> None:
+    """One line naming the cause, a non-zero exit status, no traceback."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        out = subprocess.run(
+            [sys.executable, "-m", "aiosendfile", "serve", str(served), "--port", str(port),
+             "--loop", loop],
+            capture_output=True, text=True, timeout=START_TIMEOUT,
+            env=env_importing_this_package(),
+        )  # fmt: skip
+    assert out.returncode != 0
+    assert out.stdout == "", out.stdout
+    [line] = out.stderr.splitlines()
+    assert f"127.0.0.1:{port}" in line and "in use" in line.lower(), line
