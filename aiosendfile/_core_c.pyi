@@ -10,6 +10,7 @@ def sendfile(
     header: Buffer = b"",
     trailer: Buffer = b"",
     flags: int = 0,
+    cork: bool = False,
 ) -> int: ...
 def sendfile_cached(
     out: int,

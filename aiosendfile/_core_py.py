@@ -70,6 +70,7 @@ def sendfile(
     header: Buffer = b"",
     trailer: Buffer = b"",
     flags: int = 0,
+    cork: bool = False,
 ) -> int:
     """One non-blocking step: header, up to nbytes file bytes, then trailer.
 
@@ -88,6 +89,7 @@ def sendfile(
 
     with _SigpipeGuard():
         step = _Step(out, in_, offset, nbytes)
+        corked = cork and step.cork()
         try:
             # Each write stops the step when it comes back short, as in the C core.
             if step.write(header, more_follows=nbytes > 0 or len(trailer) > 0):
@@ -98,7 +100,9 @@ def sendfile(
                 raise
             # Partly written: report the count; the error comes back on the next call.
         finally:
-            if step.header_held and step.file_sent == 0:
+            if corked:
+                step.uncork()
+            elif step.header_held and step.file_sent == 0:
                 step.push_held_header()
             step.close()
         return step.written
@@ -264,6 +268,27 @@ class _Step:
             sock.setblocking(blocking)
             self._sock = sock
         return self._sock
+
+    def cork(self) -> bool:
+        """Corks a TCP socket for this step unless it is corked already (the caller's
+        cork is left alone); whether it did.  Not TCP: nothing is ever held back."""
+        if not hasattr(socket, "TCP_CORK"):
+            return False
+        try:
+            sock = self._socket()
+            if sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK):
+                return False
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+        except OSError:
+            return False  # not a TCP socket: the step's own write meets any other error
+        return True
+
+    def uncork(self) -> None:
+        """Releasing the cork sends what it held, the last partial segment included."""
+        try:
+            self._socket().setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+        except OSError:
+            pass  # the socket failed meanwhile: the next step meets the error
 
     def push_held_header(self) -> None:
         """A header sent with MSG_MORE and nothing behind it: push it out now.

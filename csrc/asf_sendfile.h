@@ -19,6 +19,7 @@ typedef struct {
     size_t header_len;
     const char *trailer;
     size_t trailer_len;
+    int cork;               /* hold TCP_CORK for the step (see asf_sendfile) */
 } asf_request;
 
 /*
@@ -29,6 +30,11 @@ typedef struct {
  * SIGPIPE raised by these calls is swallowed: sendfile(2) has no
  * MSG_NOSIGNAL, and the kernel raises it on a reset even when the call
  * returns a partial count.
+ *
+ * With `cork` set and out_fd a TCP socket that is not corked already, the
+ * step runs under TCP_CORK and releases it at the end: the bytes leave in
+ * full-sized segments and the last partial one leaves at once (nginx's
+ * tcp_nopush).  A socket the caller corked is left corked.
  *
  * Returns the bytes written (header + file + trailer), 0 at end of file with
  * nothing else to write, or -errno when nothing at all could be written; then

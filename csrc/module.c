@@ -117,7 +117,7 @@ static PyObject *run_step(step_fn step, void *request)
 }
 
 PyDoc_STRVAR(sendfile_doc,
-"sendfile(out, in_, offset, nbytes, header=b\"\", trailer=b\"\", flags=0) -> int\n\
+"sendfile(out, in_, offset, nbytes, header=b\"\", trailer=b\"\", flags=0, cork=False) -> int\n\
 \n\
 One non-blocking step: write header, then up to nbytes bytes of in_ from\n\
 offset with sendfile(2), then trailer once all nbytes file bytes have gone in\n\
@@ -135,14 +135,17 @@ call. A negative offset or nbytes is sendfile(2)'s EINVAL, raised before\n\
 anything is written. The header is sent with MSG_MORE so it shares a segment with the\n\
 file's first bytes. SIGPIPE raised by these calls is swallowed; the\n\
 process's disposition is not changed. flags is accepted for pysendfile\n\
-compatibility and ignored on Linux. The GIL is released around the system\n\
-calls.");
+compatibility and ignored on Linux. With cork true and out a TCP socket\n\
+that is not corked already, the step holds TCP_CORK and releases it at the\n\
+end, so the bytes leave in full-sized segments and the last partial one at\n\
+once; a socket the caller corked stays corked. The GIL is released around\n\
+the system calls.");
 
 static PyObject *core_sendfile(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"out", "in_", "offset", "nbytes", "header",
-                             "trailer", "flags", NULL};
-    int out_fd, in_fd, flags = 0;
+                             "trailer", "flags", "cork", NULL};
+    int out_fd, in_fd, flags = 0, cork = 0;
     optional_offset offset = {0, 0};
     Py_ssize_t nbytes;
     Py_buffer header, trailer;
@@ -152,10 +155,10 @@ static PyObject *core_sendfile(PyObject *self, PyObject *args, PyObject *kwargs)
     (void)self;
     header.buf = NULL;  /* y* leaves an omitted buffer untouched */
     trailer.buf = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iiO&n|y*y*i:sendfile",
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iiO&n|y*y*ip:sendfile",
                                      kwlist, &out_fd, &in_fd, convert_any_offset,
                                      &offset, &nbytes, &header, &trailer,
-                                     &flags))
+                                     &flags, &cork))
         return NULL;
     (void)flags;
     /* sendfile(2) refuses a negative offset or count with EINVAL (pysendfile passes
@@ -173,6 +176,7 @@ static PyObject *core_sendfile(PyObject *self, PyObject *args, PyObject *kwargs)
     req.header_len = header.buf ? (size_t)header.len : 0;
     req.trailer = trailer.buf;
     req.trailer_len = trailer.buf ? (size_t)trailer.len : 0;
+    req.cork = cork;
 
     ret = run_step(sendfile_step, &req);
 
@@ -231,6 +235,7 @@ static PyObject *core_sendfile_cached(PyObject *self, PyObject *args, PyObject *
     req.send.header_len = header.buf ? (size_t)header.len : 0;
     req.send.trailer = NULL;
     req.send.trailer_len = 0;
+    req.send.cork = 0;  /* small: the cork's two calls cost more than they save */
     req.count = count.given ? (long long)count.value : -1;
     req.max_bytes = (size_t)max_bytes;
 

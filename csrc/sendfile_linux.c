@@ -110,6 +110,27 @@ static void push_held_header(int fd)
         (void)setsockopt(fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof(zero));
 }
 
+/* Corks a TCP socket for one step, unless it is corked already (by the application,
+ * whose cork is left alone); whether this call corked it.  Not TCP (a Unix socket, a
+ * pipe): nothing to cork, and nothing is ever held back there. */
+static int cork_for_step(int fd)
+{
+    int corked = 0, one = 1;
+    socklen_t len = sizeof(corked);
+
+    if (getsockopt(fd, IPPROTO_TCP, TCP_CORK, &corked, &len) != 0 || corked)
+        return 0;
+    return setsockopt(fd, IPPROTO_TCP, TCP_CORK, &one, sizeof(one)) == 0;
+}
+
+/* Releasing the cork sends what it held, the last partial segment included. */
+static void uncork(int fd)
+{
+    int zero = 0;
+
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof(zero));
+}
+
 /* --- the step --- */
 
 /* Up to nbytes file bytes into *sent: 0, or -errno with *call set.  Stops at the first
@@ -140,10 +161,11 @@ ssize_t asf_sendfile(const asf_request *req, const char **call)
     sigpipe_guard guard;
     ssize_t n;
     size_t header_sent = 0, file_sent = 0, trailer_sent = 0;
-    int is_socket = 1, more_follows, err = 0;
+    int is_socket = 1, more_follows, corked, err = 0;
 
     more_follows = req->nbytes > 0 || req->trailer_len > 0;
     sigpipe_block(&guard);
+    corked = req->cork && cork_for_step(req->out_fd);
 
     n = write_bytes(req->out_fd, req->header, req->header_len, more_follows, &is_socket, call);
     if (n < 0)
@@ -159,8 +181,10 @@ ssize_t asf_sendfile(const asf_request *req, const char **call)
         else
             trailer_sent = (size_t)n;
     }
+    if (corked)
+        uncork(req->out_fd);
     /* Header bytes sent with MSG_MORE and nothing after them in this call. */
-    if (is_socket && more_follows && header_sent > 0 && file_sent == 0 && trailer_sent == 0)
+    else if (is_socket && more_follows && header_sent > 0 && file_sent == 0 && trailer_sent == 0)
         push_held_header(req->out_fd);
 
     sigpipe_restore(&guard);

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 
 from .. import _core, _disk
 from .._errors import Action, cannot_tell, classify, transport_closing
@@ -35,6 +36,8 @@ from .guard import IN_PROGRESS
 from .transfer import Transfer
 
 READ_AHEAD = 4 * 1024 * 1024  # residency window, and the size of one disk read
+
+_TCP_FAMILIES = (socket.AF_INET, socket.AF_INET6)  # the sockets TCP_CORK applies to
 
 # Sends waiting on each loop (a plain dict: an entry lives only while its count is > 0).
 _sends_per_loop: dict[asyncio.AbstractEventLoop, int] = {}
@@ -88,6 +91,8 @@ class SendfileEngine:
         self.disk_read: asyncio.Future[int] | None = None
         self._disk_read_start = 0
         self.started = False  # a byte of ours went: bytes queued after this are not ours
+        sock = transfer.flow.sock
+        self.corkable = sock is not None and sock.family in _TCP_FAMILIES
 
     async def finish(self) -> None:
         """Sends the rest, waiting on the loop for the socket, the disk, or bytes the
@@ -155,9 +160,10 @@ class SendfileEngine:
             return
         last = position + nbytes == self.end
         trailer = t.trailer if last else b""
+        cork = self.corkable and nbytes >= ENGINE.cork_min
         try:
             written = _core.active.sendfile(
-                self.out_fd, self.in_fd, position, nbytes, t.header, trailer
+                self.out_fd, self.in_fd, position, nbytes, t.header, trailer, 0, cork
             )
         except OSError as exc:
             action = classify(exc, file_bytes_sent=t.sent)
