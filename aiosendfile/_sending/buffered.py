@@ -29,8 +29,10 @@ transport may keep what it was given instead of copying it (GH-91166).
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import os
+import select
 import socket
 import termios
 from typing import Any
@@ -53,6 +55,8 @@ MIN_CHUNK = 16 * 1024
 # kernel's accounting may differ from the bytes queued: kept out of a chunk's size.
 _TLS_RECORD = 16 * 1024
 _TLS_OVERHEAD = 64
+# A hung-up socket's pending error that is already a ConnectionError subclass.
+_PEER_GONE = frozenset((errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED))
 
 
 def set_chunk_size(nbytes: int) -> None:
@@ -86,11 +90,16 @@ class Room:
         self._loop = asyncio.get_running_loop()
         # Our own dup of the socket (None: pace by the transport's flow control only).
         self._sock: socket.socket | None = _own_socket(flow.sock)
+        self._poll: select.poll | None = None  # whether the socket hung up
+        if self._sock is not None:
+            self._poll = select.poll()
+            self._poll.register(self._sock.fileno(), 0)  # POLLHUP and POLLERR always come
 
     def close(self) -> None:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+            self._poll = None
 
     def free(self) -> int | None:
         """Bytes the socket's send buffer takes now (as plaintext over TLS); None when
@@ -143,12 +152,32 @@ class Room:
         watched = self._sock is not None
         done = 0
         while done < len(data):
+            if watched:
+                self._check_peer()
             piece = data[done : done + self.write_size]
             self.flow.write(piece)  # type: ignore[arg-type]
             done += len(piece)
             if watched and transport.get_write_buffer_size():
                 break  # it holds bytes: the rest waits until it is empty
         return done
+
+    def _check_peer(self) -> None:
+        """Raises once the socket can send nothing more (the peer reset it, or vanished).
+
+        asyncio's TLS transport takes write after write for a socket whose send
+        already failed, dropping them and logging "socket.send() raised exception."
+        for every one past the fifth; its connection_lost() comes a loop iteration
+        later.  The socket itself says it at once: hung up (or in error).
+        """
+        assert self._poll is not None
+        events = self._poll.poll(0)
+        if not events or not events[0][1] & (select.POLLHUP | select.POLLERR):
+            return
+        assert self._sock is not None
+        code = self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if code in _PEER_GONE:
+            raise OSError(code, f"send: {os.strerror(code)}")  # its ConnectionError subclass
+        raise ConnectionResetError(errno.ECONNRESET, "send: the peer is gone (socket hung up)")
 
     async def _writable(self) -> None:
         assert self._sock is not None
