@@ -1,4 +1,4 @@
-"""python -m aiosendfile bench|lag|serve [...]; anything else prints the usage."""
+"""python -m aiosendfile bench|lag|serve [...] | --version; anything else prints the usage."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 USAGE = """\
 usage: python -m aiosendfile bench|lag|serve [options]
+       python -m aiosendfile --version
 
 commands:
   bench    measure aiosendfile over 127.0.0.1 against asyncio's loop.sendfile, buffered
@@ -30,6 +31,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .serve import main as serve
 
         return serve(args[1:])
+    if args == ["--version"]:
+        from . import CORE, __version__
+
+        print(f"aiosendfile {__version__} ({'C' if CORE == 'c' else 'pure-Python'} core)")
+        return 0
     if args and args[0] in ("-h", "--help"):
         print(USAGE, end="")
         return 0

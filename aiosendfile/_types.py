@@ -14,6 +14,13 @@ from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
+else:
+
+    class ReadableBuffer(Protocol):
+        """A bytes-like object: bytes, bytearray, memoryview, array.array, mmap...
+        (typeshed's name; at run time only help() and the documentation read it)."""
+
+        def __buffer__(self, flags: int, /) -> memoryview: ...
 
 
 class ReadableFile(Protocol):
@@ -53,4 +60,4 @@ Reader: TypeAlias = asyncio.StreamReader | asyncio.BaseProtocol
 # receive()'s writer: the StreamWriter of the same connection, or the raw transport.
 ReceiveWriter: TypeAlias = asyncio.StreamWriter | asyncio.Transport
 # headers and trailers: a bytes-like object (C-contiguous), or a sequence of them.
-Buffers: TypeAlias = "ReadableBuffer | Sequence[ReadableBuffer]"
+Buffers: TypeAlias = ReadableBuffer | Sequence[ReadableBuffer]

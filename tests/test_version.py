@@ -1,0 +1,53 @@
+"""python -m aiosendfile --version names the version and the core; the version is the
+one the package's metadata and the changelog give."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import aiosendfile
+
+from .subprocesses import env_importing_this_package
+
+CHANGES = Path(__file__).resolve().parent.parent / "CHANGES.rst"
+
+
+def version_line(environ: dict[str, str]) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "aiosendfile", "--version"],
+        capture_output=True, text=True, timeout=60, check=True,
+        env=env_importing_this_package() | environ,
+    )  # fmt: skip
+    assert done.stderr == ""
+    return done.stdout
+
+
+def test_version_names_the_version_and_the_core() -> None:
+    # The child loads the C core wherever it is built, as this process did at import.
+    core = "C" if importlib.util.find_spec("aiosendfile._core_c") else "pure-Python"
+    assert version_line({}) == f"aiosendfile {aiosendfile.__version__} ({core} core)\n"
+
+
+def test_version_names_the_pure_python_core() -> None:
+    line = version_line({"AIOSENDFILE_NO_EXTENSIONS": "1"})
+    assert line == f"aiosendfile {aiosendfile.__version__} (pure-Python core)\n"
+
+
+def test_version_is_the_distributions() -> None:
+    try:
+        installed = importlib.metadata.version("aiosendfile")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("aiosendfile is imported from a checkout that is not installed")
+    assert installed == aiosendfile.__version__
+
+
+def test_changelog_has_the_version() -> None:
+    if not CHANGES.exists():
+        pytest.skip("CHANGES.rst is not beside the tests (the tests of an installed package)")
+    assert f"\n{aiosendfile.__version__} (" in CHANGES.read_text()
