@@ -26,7 +26,7 @@ else:
 class ReadableFile(Protocol):
     """A binary file object open for reading: open(path, "rb"), io.BytesIO, a pipe's."""
 
-    def read(self, size: int = ..., /) -> bytes: ...
+    def read(self, size: int = -1, /) -> bytes: ...
 
 
 class WritableFile(Protocol):
@@ -38,7 +38,7 @@ class WritableFile(Protocol):
 class AsyncReadableFile(Protocol):
     """An aiofiles binary file open for reading (aiofiles.open(path, "rb"))."""
 
-    async def read(self, size: int = ..., /) -> bytes: ...
+    async def read(self, size: int = -1, /) -> bytes: ...
 
 
 class AsyncWritableFile(Protocol):
