@@ -55,6 +55,11 @@ class Block:
             return words[1] if len(words) > 1 else ""
         return "" if self.directive or not words else words[0]
 
+    @property
+    def code(self) -> str:
+        """The code shown: the body, less a directive's options, dedented."""
+        return textwrap.dedent(self.options()[1] if self.directive else self.body).strip()
+
     def options(self) -> tuple[dict[str, str], str]:
         """A directive's `:name: value` options, and the rest of its body."""
         options: dict[str, str] = {}
@@ -105,9 +110,8 @@ def shown_examples() -> dict[str, list[str]]:
         if block.directive == "{literalinclude}":
             shown.setdefault(included_example(block).name, []).append(block.where)
         elif block.language in PYTHON:
-            code = textwrap.dedent(block.body).strip()
             for name, source in sources.items():
-                if code in source:
+                if block.code in source:
                     shown.setdefault(name, []).append(block.where)
     return shown
 
@@ -117,8 +121,8 @@ def test_python_blocks_are_parts_of_examples() -> None:
     python = [block for block in all_blocks() if block.language in PYTHON]
     assert python, "the README shows the quickstart"
     for block in python:
-        code = textwrap.dedent(block.body).strip()
-        assert any(code in source for source in sources.values()), (
+        assert block.code, f"{block.where}: an empty Python block"
+        assert any(block.code in source for source in sources.values()), (
             f"{block.where}: this Python is not a verbatim part of a program of examples/: "
             "put the code in an example a test runs, and show it from there"
         )
