@@ -12,19 +12,37 @@ may set `loop_factory` to a loop class of its own (with `SendfileLoopMixin`).
 
 Needs aiohttp and gunicorn; `GunicornUVLoopWebWorker` needs uvloop.  This module
 is imported only when named: `import aiosendfile` does not import it.
+
+For ASGI apps (FastAPI, Starlette...), the uvicorn-worker package's workers with
+`aiosendfile.uvicorn`'s protocol and an `aiosendfile.loops` loop:
+
+    gunicorn app:app --worker-class aiosendfile.worker.UvicornWorker
+    gunicorn app:app --worker-class aiosendfile.worker.UvicornH11Worker
+
+`UvicornWorker` picks as uvicorn's "auto" does: HttpToolsProtocol and UVLoop where
+httptools and uvloop are installed, else H11Protocol and SelectorEventLoop.
+`UvicornH11Worker` is always H11Protocol on SelectorEventLoop.  They need the
+uvicorn-worker package (and uvicorn), imported when one is first named.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from aiohttp import worker as aiohttp_worker
 
 from . import loops
 
-__all__ = ("GunicornUVLoopWebWorker", "GunicornWebWorker")
+# UvicornWorker and UvicornH11Worker are made when first asked for (__getattr__, at the end).
+__all__ = (  # noqa: F822
+    "GunicornUVLoopWebWorker",
+    "GunicornWebWorker",
+    "UvicornH11Worker",
+    "UvicornWorker",
+)
 
 
 class GunicornWebWorker(aiohttp_worker.GunicornWebWorker):
@@ -51,3 +69,47 @@ class GunicornUVLoopWebWorker(GunicornWebWorker):
     """aiohttp's `GunicornUVLoopWebWorker` on `aiosendfile.loops.UVLoop`."""
 
     loop_factory = _new_uvloop
+
+
+def _uvicorn_workers() -> dict[str, type[Any]]:
+    """uvicorn-worker's two workers, with aiosendfile's protocols and loops."""
+    import uvicorn_worker  # type: ignore[import-untyped]  # no type information
+
+    def installed(module: str) -> bool:
+        return importlib.util.find_spec(module) is not None
+
+    class UvicornWorker(uvicorn_worker.UvicornWorker):  # type: ignore[misc]
+        """uvicorn-worker's UvicornWorker on aiosendfile.uvicorn's HttpToolsProtocol and
+        aiosendfile.loops.UVLoop, or, without httptools or uvloop, H11Protocol and
+        SelectorEventLoop (what uvicorn's "auto" would pick)."""
+
+        CONFIG_KWARGS: ClassVar[dict[str, Any]] = {
+            "loop": "aiosendfile.loops:"
+            + ("UVLoop" if installed("uvloop") else "SelectorEventLoop"),
+            "http": "aiosendfile.uvicorn:"
+            + ("HttpToolsProtocol" if installed("httptools") else "H11Protocol"),
+        }
+
+    class UvicornH11Worker(UvicornWorker):
+        """uvicorn-worker's UvicornH11Worker: aiosendfile.uvicorn's H11Protocol on
+        aiosendfile.loops.SelectorEventLoop."""
+
+        CONFIG_KWARGS: ClassVar[dict[str, Any]] = {
+            "loop": "aiosendfile.loops:SelectorEventLoop",
+            "http": "aiosendfile.uvicorn:H11Protocol",
+        }
+
+    workers: dict[str, type[Any]] = {"UvicornWorker": UvicornWorker}
+    workers["UvicornH11Worker"] = UvicornH11Worker
+    for name, cls in workers.items():
+        cls.__module__, cls.__qualname__ = __name__, name
+    return workers
+
+
+def __getattr__(name: str) -> Any:
+    # uvicorn-worker is optional: its workers are made when one is first asked for.
+    if name in ("UvicornWorker", "UvicornH11Worker"):
+        workers = _uvicorn_workers()
+        globals().update(workers)
+        return workers[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

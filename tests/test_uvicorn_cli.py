@@ -1,0 +1,259 @@
+"""uvicorn's command line and gunicorn's worker with aiosendfile's protocols and loops.
+
+A real server process serves make_app() below: `python -m uvicorn --http
+aiosendfile.uvicorn:... --loop aiosendfile.loops:...` under strace (the kernel's
+own record that the file bodies left by sendfile(2): a 1 GiB file, a small one by
+the quick route, ServeStatic's zerocopysend with a Range), and gunicorn with
+`--worker-class aiosendfile.worker.UvicornWorker`.  curl is the client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .subprocesses import env_importing_this_package
+
+ROOT = "AIOSENDFILE_TEST_ROOT"  # the environment variable naming the served directory
+TESTS_PARENT = Path(__file__).resolve().parent.parent  # where `tests` is importable from
+GiB = 1 << 30
+SIZES = {"huge.bin": GiB, "mid.bin": 3 * 1024 * 1024 + 7, "k64.bin": 64 * 1024}
+START_TIMEOUT = 20  # seconds for a server to listen
+STOP_TIMEOUT = 10  # seconds for it to stop after SIGTERM
+
+
+def _require(*modules: str) -> None:
+    import importlib.util
+
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"not installed: {', '.join(missing)} (the test extra has them)")
+        pytest.skip(f"not installed: {', '.join(missing)}", allow_module_level=True)
+
+
+_require("uvicorn", "httptools", "starlette", "servestatic", "gunicorn", "uvicorn_worker")
+
+
+def make_app() -> Any:
+    """/file/{name}: Starlette's FileResponse (pathsend) of $AIOSENDFILE_TEST_ROOT/name;
+    /ss/{name}: ServeStatic (zerocopysend); /loop: the serving loop's class, the scope's
+    extensions and the process id."""
+    import asyncio
+
+    from servestatic import ServeStaticASGI
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import FileResponse, JSONResponse
+    from starlette.routing import Route
+
+    root = Path(os.environ[ROOT])
+
+    async def file(request: Request) -> FileResponse:
+        return FileResponse(root / request.path_params["name"])
+
+    async def loop(request: Request) -> JSONResponse:
+        cls = type(asyncio.get_running_loop())
+        return JSONResponse(
+            {
+                "loop": f"{cls.__module__}.{cls.__qualname__}",
+                "extensions": sorted(request.scope.get("extensions", {})),
+                "pid": os.getpid(),
+            }
+        )
+
+    app = Starlette(routes=[Route("/file/{name}", file), Route("/loop", loop)])
+    return ServeStaticASGI(app, root=str(root), prefix="ss/")
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    directory = tmp_path / "files"
+    directory.mkdir()
+    for name, size in SIZES.items():
+        with open(directory / name, "wb") as file:
+            if size >= GiB:
+                file.truncate(size)  # sparse: its pages are the kernel's zero page
+            else:
+                file.write(os.urandom(size))
+    return directory
+
+
+def _environment(root: Path) -> dict[str, str]:
+    env = env_importing_this_package()
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS_PARENT), env["PYTHONPATH"]])
+    env[ROOT] = str(root)
+    env.pop("GUNICORN_CMD_ARGS", None)
+    return env
+
+
+@contextlib.contextmanager
+def running(argv: list[str], env: dict[str, str], log: Path, stop_server: bool) -> Iterator[str]:
+    """Runs `argv`; yields the base URL from the line the server logs once it listens.
+    Then SIGTERM: to the server (its pid from /loop) if `stop_server`, else to the
+    process started (gunicorn's arbiter); it must shut down cleanly."""
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            env=env, cwd=log.parent, start_new_session=True,
+        )  # fmt: skip
+    try:
+        base = None
+        deadline = time.monotonic() + START_TIMEOUT
+        while base is None:
+            found = re.search(
+                r"(?:running on|Listening at:) (http://127\.0\.0\.1:\d+)", log.read_text()
+            )
+            if found:
+                base = found[1]
+            elif process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the server did not start: {log.read_text()}")
+            else:
+                time.sleep(0.02)
+        yield base
+        pid = json.loads(curl(base + "/loop"))["pid"] if stop_server else process.pid
+        os.kill(pid, signal.SIGTERM)
+        status = process.wait(timeout=STOP_TIMEOUT)
+        # uvicorn ends by raising the signal it caught again, once it has shut down.
+        assert status in (0, -signal.SIGTERM), (status, log.read_text())
+        assert "Finished server process" in log.read_text() or not stop_server
+    finally:
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def curl(url: str, *args: str) -> bytes:
+    return subprocess.run(
+        ["curl", "--silent", "--show-error", "--fail", "--max-time", "60", *args, url],
+        check=True, capture_output=True, timeout=90,
+    ).stdout  # fmt: skip
+
+
+def downloaded(url: str, *args: str) -> int:
+    """The body bytes curl received (kept nowhere)."""
+    return int(curl(url, "--output", os.devnull, "--write-out", "%{size_download}", *args))
+
+
+# What carried bytes to the connections, from `strace -f` lines: sendfile(2), or a write.
+_LINE = re.compile(r"^\d+\s+(\w+)\((\d+),.*\)\s+=\s+(-?\d+)")
+_WRITES = ("write", "writev", "sendto", "sendmsg")
+
+
+def bytes_by_call(trace: str) -> dict[str, int]:
+    """Bytes each call moved on accepted connections (and their dup()s)."""
+    connections: set[str] = set()
+    moved: dict[str, int] = {}
+    for line in trace.splitlines():
+        found = _LINE.match(line)
+        if found is None or int(found[3]) < 0:
+            continue
+        call, fd, result = found[1], found[2], found[3]
+        if call in ("accept4", "accept") or (call == "fcntl" and "F_DUPFD" in line):
+            if call.startswith("accept"):
+                connections.add(result)
+            elif fd in connections:
+                connections.add(result)
+        elif call in (*_WRITES, "sendfile") and fd in connections:
+            moved[call] = moved.get(call, 0) + int(result)
+    return moved
+
+
+@pytest.mark.parametrize(
+    ("http", "loop"),
+    [("HttpToolsProtocol", "UVLoop"), ("H11Protocol", "SelectorEventLoop")],
+)
+def test_uvicorn_command_line_bodies_leave_by_sendfile(
+    http: str, loop: str, root: Path, tmp_path: Path, curl_path: str
+) -> None:
+    strace = shutil.which("strace")
+    if strace is None:
+        if os.environ.get("CI"):
+            pytest.fail("strace is not installed (.ci/run installs it)")
+        pytest.skip("strace is not installed")
+    trace = tmp_path / "trace.txt"
+    argv = [
+        strace, "-f", "-qq", "-o", str(trace),
+        "-e", "trace=accept,accept4,fcntl,sendfile,write,writev,sendto,sendmsg",
+        sys.executable, "-m", "uvicorn", "--factory", "tests.test_uvicorn_cli:make_app",
+        "--host", "127.0.0.1", "--port", "0", "--no-access-log",
+        "--http", f"aiosendfile.uvicorn:{http}", "--loop", f"aiosendfile.loops:{loop}",
+    ]  # fmt: skip
+    log = tmp_path / "server.log"
+    with running(argv, _environment(root), log, stop_server=True) as base:
+        report = json.loads(curl(base + "/loop"))
+        assert report["loop"] == f"aiosendfile.loops.{loop}"
+        assert {"http.response.pathsend", "http.response.zerocopysend"} <= set(report["extensions"])
+        assert downloaded(base + "/file/huge.bin") == GiB
+        for name in ("mid.bin", "k64.bin"):
+            expected = (root / name).read_bytes()
+            assert curl(f"{base}/file/{name}") == expected  # pathsend
+            assert curl(f"{base}/ss/{name}") == expected  # zerocopysend
+        assert curl(f"{base}/ss/mid.bin", "--range", "1000-2999") == expected_range(root)
+    if "ptrace" in log.read_text():
+        pytest.skip(f"strace cannot trace here: {log.read_text()}")
+    moved = bytes_by_call(trace.read_text())
+    bodies = GiB + 2 * (SIZES["mid.bin"] + SIZES["k64.bin"]) + 2000
+    assert moved.pop("sendfile", 0) == bodies, moved
+    heads = sum(moved.values())
+    assert heads < 7 * 400 + 3 * 1024, f"bytes written other than by sendfile(2): {moved}"
+    assert "Traceback" not in log.read_text(), log.read_text()
+
+
+def expected_range(root: Path) -> bytes:
+    return (root / "mid.bin").read_bytes()[1000:3000]
+
+
+@pytest.fixture
+def curl_path() -> str:
+    path = shutil.which("curl")
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail("curl is not installed (.ci/run installs it)")
+        pytest.skip("curl is not installed")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("worker", "loop", "http"),
+    [
+        ("UvicornWorker", "aiosendfile.loops.UVLoop", "HttpToolsProtocol"),
+        ("UvicornH11Worker", "aiosendfile.loops.SelectorEventLoop", "H11Protocol"),
+    ],
+)
+def test_gunicorn_worker(
+    worker: str, loop: str, http: str, root: Path, tmp_path: Path, curl_path: str
+) -> None:
+    import importlib.metadata
+
+    argv = [
+        sys.executable, "-m", "gunicorn", "tests.test_uvicorn_cli:make_app()",
+        "--worker-class", f"aiosendfile.worker.{worker}", "--bind", "127.0.0.1:0",
+        "--workers", "1", "--timeout", "30", "--graceful-timeout", "5",
+    ]  # fmt: skip
+    version = tuple(int(part) for part in importlib.metadata.version("gunicorn").split(".")[:2])
+    if version >= (25, 1):
+        argv.append("--no-control-socket")  # its default path is one per user
+    log = tmp_path / "server.log"
+    with running(argv, _environment(root), log, stop_server=False) as base:
+        report = json.loads(curl(base + "/loop"))
+        assert report["loop"] == loop
+        assert {"http.response.pathsend", "http.response.zerocopysend"} <= set(report["extensions"])
+        for name in ("mid.bin", "k64.bin"):
+            assert curl(f"{base}/file/{name}") == (root / name).read_bytes()
+    text = log.read_text()
+    assert f"Using worker: aiosendfile.worker.{worker}" in text, text
+    assert "Traceback" not in text and "[ERROR]" not in text, text
