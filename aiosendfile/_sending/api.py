@@ -22,7 +22,7 @@ from .._types import Buffers, SourceFile, Writer
 from .buffered import send_buffered
 from .flow import Flow
 from .guard import hold_writes, release_writes
-from .quick import QUICK, quick_route_open, send_quick
+from .quick import QUICK, Sent, quick_route_open, send_quick
 from .source import Source
 from .transfer import Transfer
 from .zerocopy import ZeroCopyRefused, start_zerocopy
@@ -148,9 +148,9 @@ async def send(
         count = _checked_range(offset, count)  # the common cases (plain ints) skip the call
     if trailers is None and progress is None:
         quick = send_quick(writer, file, offset, count, headers)
-        if quick is not None:
-            if not quick.header_left and not quick.file_left:
-                return quick.file_bytes  # the whole response, in one call of the core
+        if type(quick) is int:
+            return quick  # the whole response, in one call of the core
+        if isinstance(quick, Sent):
             # The socket filled midway: the general path sends the rest, in order.
             rest = await _send(
                 writer, file, offset + quick.file_bytes, quick.file_left,

@@ -49,11 +49,17 @@ class Sent(NamedTuple):
     file_left: int
 
 
-def send_quick(writer: Any, file: Any, offset: int, count: int | None, headers: Any) -> Sent | None:
+def send_quick(
+    writer: Any, file: Any, offset: int, count: int | None, headers: Any
+) -> int | Sent | None:
     """Sends header + file in this call when the response qualifies (see the module
-    docstring); None when it does not, having sent nothing.  `offset` and `count`
-    are send()'s, already checked."""
-    if type(file) not in _READABLE_FILE_TYPES or file.closed:
+    docstring): the file bytes sent when the whole response went, a `Sent` saying
+    what is owed when the socket filled midway, None when it does not qualify,
+    having sent nothing.  `offset` and `count` are send()'s, already checked.
+
+    Every operation here is paid by every small response: plain type tests, one
+    call per transport check, no object made unless the socket filled."""
+    if type(file) not in _READABLE_FILE_TYPES:
         return None
     if headers is None:
         header = b""
@@ -62,15 +68,23 @@ def send_quick(writer: Any, file: Any, offset: int, count: int | None, headers: 
     else:
         return None
     transport = writer.transport if type(writer) is asyncio.StreamWriter else writer
-    sock = _idle_socket(transport)
-    if sock is None:
+    if type(transport) not in _PLAIN_STREAM_TYPES and not _plain_stream(transport):
         return None
+    if transport.is_closing() or transport.get_write_buffer_size() or transport in _sending_on:
+        return None
+    try:
+        in_fd = file.fileno()
+    except ValueError:
+        return None  # closed: the general path says so
     if type(file) is io.BufferedRandom:
         file.flush()  # the application's own unflushed writes are part of the file
+    last_transport, sock_fd = _last_socket
+    if last_transport is not transport:
+        sock_fd = _remember_socket(transport)
     try:
         result = _core.active.sendfile_cached(
-            sock.fileno(), file.fileno(), offset, count, header, QUICK_MAX_BYTES
-        )
+            sock_fd, in_fd, offset, count, header, QUICK_MAX_BYTES
+        )  # fmt: skip
     except OSError:
         # Nothing was written: the general path meets the error again and classifies
         # it (_errors.classify), in its one place.
@@ -78,13 +92,14 @@ def send_quick(writer: Any, file: Any, offset: int, count: int | None, headers: 
     if result is None:
         return None
     owed, written = result
-    header_sent = min(written, len(header))
-    file_sent = written - header_sent
-    if file_sent == owed:
-        file.seek(offset + file_sent)  # the file's position, as the general path leaves it
     if log.isEnabledFor(logging.DEBUG):
         log.debug("send %s: %s (%s)", owed, QUICK.path, QUICK.reason)
-    return Sent(file_sent, header[header_sent:], owed - file_sent)
+    header_size = len(header)
+    if written == header_size + owed:
+        file.seek(offset + owed)  # the file's position, as the general path leaves it
+        return owed
+    header_sent = min(written, header_size)
+    return Sent(written - header_sent, header[header_sent:], owed - written + header_sent)
 
 
 def quick_route_open(transport: Any, file: Any, source: Source) -> bool:
@@ -100,22 +115,49 @@ def quick_route_open(transport: Any, file: Any, source: Source) -> bool:
         return False  # the kernel cannot tell: the general path reads it in first
 
 
+# Transports with a send running or waiting (_serial's own table): a set lookup,
+# not a call, on the route where every call counts.
+_sending_on = _serial.holders()
+
+# The last transport the quick route sent on, and its socket's descriptor: a
+# response after another on the same connection skips get_extra_info("socket"),
+# which on uvloop costs as much as the rest of the checks.  One entry, a strong
+# reference (uvloop transports take no weak ones) held until a send on another
+# transport; used only while the transport is not closing, so the descriptor is
+# still the transport's own.
+_last_socket: tuple[Any, int] = (None, -1)
+
+
+def _remember_socket(transport: Any) -> int:
+    global _last_socket
+    sock_fd: int = transport.get_extra_info("socket").fileno()
+    _last_socket = (transport, sock_fd)
+    return sock_fd
+
+
 # The loops' own transport classes seen to be stream transports without TLS: one
 # set lookup instead of both tests, on the route where every call counts.
 _PLAIN_STREAM_TYPES: set[type] = set()
 
 
-def _idle_socket(transport: Any) -> Any:
-    """The socket of a stream transport with zero-copy open (no TLS: the general
-    path's own test), nothing queued and no send running; None otherwise."""
+def _plain_stream(transport: Any) -> bool:
+    """Whether the transport is a stream transport with zero-copy open (no TLS: the
+    general path's own test); remembered for the loops' own classes."""
     cls = type(transport)
-    if cls not in _PLAIN_STREAM_TYPES:
-        if cls not in STREAM_TRANSPORT_TYPES and not is_stream_transport(transport):
-            return None
-        if is_tls(transport):
-            return None
-        if cls.__module__.startswith(LOOP_MODULES):
-            _PLAIN_STREAM_TYPES.add(cls)  # TLS there is a class of its own
+    if cls not in STREAM_TRANSPORT_TYPES and not is_stream_transport(transport):
+        return False
+    if is_tls(transport):
+        return False
+    if cls.__module__.startswith(LOOP_MODULES):
+        _PLAIN_STREAM_TYPES.add(cls)  # TLS there is a class of its own
+    return True
+
+
+def _idle_socket(transport: Any) -> Any:
+    """The socket of a plain stream transport with nothing queued and no send
+    running; None otherwise."""
+    if type(transport) not in _PLAIN_STREAM_TYPES and not _plain_stream(transport):
+        return None
     if transport.is_closing() or transport.get_write_buffer_size() or _serial.busy(transport):
         return None
     return transport.get_extra_info("socket")
