@@ -7,22 +7,27 @@ complete and well-formed.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from aiosendfile.bench import ftp, receiver
+import aiosendfile
+from aiosendfile.bench import blocking, ftp, nginx, receiver
 from aiosendfile.bench.cli import WORKLOAD_NAMES
 from aiosendfile.bench.runner import MeasurementError
-from aiosendfile.bench.senders import REGISTRY
+from aiosendfile.bench.senders import REGISTRY, Sender
+from aiosendfile.bench.workloads import Job, Workload
 
 # The smallest run that still exercises every row and workload (all of them, by default).
 SMALLEST = [
@@ -32,6 +37,8 @@ SMALLEST = [
 ]  # fmt: skip
 HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 HAVE_AIOHTTP = importlib.util.find_spec("aiohttp") is not None
+# nginx rows run where nginx is on the PATH (apt-get install nginx); .ci/run does not install it.
+NGINX_MISSING = REGISTRY["nginx"].unavailable()
 HTTP_ROWS = ("aiohttp", "aiohttp-dropin", "aiohttp-ourloop")
 # The bench as if aiohttp were not installed: find_spec() answers None for a None module.
 WITHOUT_AIOHTTP = (
@@ -50,7 +57,11 @@ class BenchRun:
 
 
 def run_bench(
-    *args: str, timeout: float = 60, without_aiohttp: bool = False
+    *args: str,
+    timeout: float = 60,
+    without_aiohttp: bool = False,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     command = (
         ["-c", WITHOUT_AIOHTTP, *args[1:]] if without_aiohttp else ["-m", "aiosendfile", *args]
@@ -60,13 +71,15 @@ def run_bench(
         capture_output=True,
         text=True,
         timeout=timeout,
+        cwd=cwd,
+        env=env,
     )
 
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory: pytest.TempPathFactory) -> BenchRun:
     out = tmp_path_factory.mktemp("bench")
-    args = ["bench", *SMALLEST, "--json", str(out / "bench.json")]
+    args = ["bench", *SMALLEST, "--targets", "--json", str(out / "bench.json")]
     if HAVE_MATPLOTLIB:
         args += ["--plot", str(out / "bench.png")]
     done = run_bench(*args, timeout=120)
@@ -81,9 +94,18 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> BenchRun:
     )
 
 
+def _runs_here(row: Sender) -> bool:
+    return not (isinstance(row, nginx.NginxRow) and NGINX_MISSING)
+
+
 def test_bench_runs_every_row_of_every_workload(bench: BenchRun) -> None:
     ran = {(s["workload"]["name"], r["row"]) for s in bench.data["sections"] for r in s["rows"]}
-    expected = {(w, r.name) for r in REGISTRY.values() for w in WORKLOAD_NAMES if w in r.workloads}
+    expected = {
+        (w, r.name)
+        for r in REGISTRY.values()
+        for w in WORKLOAD_NAMES
+        if w in r.workloads and _runs_here(r)
+    }
     assert ran == expected
     assert {w for w, _ in ran} == set(WORKLOAD_NAMES)
     assert bench.data["failures"] == []
@@ -96,8 +118,10 @@ def test_bench_json_figures_are_well_formed(bench: BenchRun) -> None:
     for section in data["sections"]:
         kind = section["workload"]["kind"]
         http = section["workload"]["http"]
-        limit, asyncio_ref = section["references"] or (None, None)
-        assert (limit is None) == (kind in ("files", "upload") or http)
+        refs = section["references"]
+        assert (refs is None) == (kind in ("files", "upload"))
+        if http:
+            assert refs == ["tls-nginx" if section["transport"] == "tls" else "nginx"]
         assert section["unit"] in ("MB/s", "responses/s")
         assert section["receiver_ceiling"] > 0
         for row in section["rows"]:
@@ -108,10 +132,10 @@ def test_bench_json_figures_are_well_formed(bench: BenchRun) -> None:
             sample = row["samples"][0]
             assert sample["row"] == row["row"] and sample["run"] == 1
             assert sample["elapsed_s"] > 0 and sample["timed_bytes"] > 0
-            if row["row"] == limit:
-                assert row["vs_limit"] == 1.0
-            if row["row"] == asyncio_ref:
-                assert row["vs_asyncio"] == 1.0
+            assert list(row["vs"]) == (refs or [])
+            for ref in refs or []:
+                if row["row"] == ref:
+                    assert row["vs"][ref] == 1.0
             if row["row"].startswith(("aiosendfile", "tls-aiosendfile")):
                 expected = {"zerocopy"}
                 if section["transport"] == "tls":
@@ -125,6 +149,8 @@ def test_bench_json_figures_are_well_formed(bench: BenchRun) -> None:
                 assert row["vs_baseline"] > 0 and row["cpu_vs_baseline"] > 0
                 if row["row"] == row["baseline"]:
                     assert row["vs_baseline"] == row["cpu_vs_baseline"] == 1.0
+            elif http and "nginx" in row["row"]:
+                assert row["baseline"] is None  # compared with by the aiohttp rows' x nginx
             elif http:  # aiohttp's own FileResponse on the same loop and transport
                 tls = "tls-" if section["transport"] == "tls" else ""
                 loop = row["row"].rsplit("-", 1)[1]
@@ -167,7 +193,7 @@ def test_bench_markdown_tables_are_well_formed(bench: BenchRun) -> None:
         assert names[-1].startswith(f"{peer} ceiling")
     assert "Command: `python -m aiosendfile bench --size 4M" in bench.stdout
     assert "Machine: " in bench.stdout and "Date: " in bench.stdout
-    assert "Targets" in bench.stdout
+    assert "Targets (same-run ratios, median over the runs):" in bench.stdout  # --targets
     assert "Loop lag: " in bench.stdout and "Upload: " in bench.stdout  # what they measure
     if HAVE_AIOHTTP:
         assert "HTTP: " in bench.stdout
@@ -189,7 +215,9 @@ def test_bench_http_rows_serve_every_response_whole(bench: BenchRun) -> None:
         workload = section["workload"]
         tls = "tls-" if transport == "tls" else ""
         names = [f"{tls}{row}-{loop}" for loop in ("asyncio", "uvloop") for row in HTTP_ROWS]
-        assert [row["row"] for row in section["rows"]] == names
+        ran = [row["row"] for row in section["rows"]]
+        assert [row for row in ran if row.startswith(f"{tls}aiohttp-")] == names
+        assert (f"{tls}nginx" in ran) == (NGINX_MISSING is None)
         responses = workload["warmup"] + workload["requests"] if name == "http-64k" else 1
         for row in section["rows"]:
             (sample,) = row["samples"]
@@ -206,14 +234,16 @@ def test_bench_http_rows_serve_every_response_whole(bench: BenchRun) -> None:
                     expected = {"quick", "zerocopy"}  # a small cached response: one call
                 assert taken and taken <= expected, taken
             else:
-                assert not taken  # aiohttp's own FileResponse does not say
+                assert not taken  # aiohttp's own FileResponse does not say, nor nginx
     verdicts = {v["target"] for v in bench.data["targets"] if v["workload"].startswith("http")}
     assert "http-large: aiohttp-dropin-uvloop >= 2.5x aiohttp-uvloop" in verdicts
     assert "http-large: aiohttp-dropin-uvloop server CPU <= 0.4x aiohttp-uvloop" in verdicts
     assert "http-large: tls-aiohttp-dropin-asyncio >= 5x tls-aiohttp-asyncio" in verdicts
     assert "http-64k: aiohttp-dropin-asyncio >= 1.5x aiohttp-asyncio" in verdicts
     assert not any("ourloop" in verdict for verdict in verdicts)
-    assert "### HTTP, large file: 4 MiB as one GET from an aiohttp app; 1 run" in bench.stdout
+    assert (
+        "### HTTP, large file: 4 MiB as one GET from a web server, server on CPU " in bench.stdout
+    )
     assert "### HTTP over TLS, small files: 64 KiB each, 20 GETs on one keep-alive" in bench.stdout
 
 
@@ -248,7 +278,7 @@ def test_receiver_http_response_is_checked_byte_for_byte(chunk: int) -> None:
     receiver._http_response(_Replay(_response(body), chunk), size, whole)
     conn = _Replay(_response(body), chunk)
     receiver._http_response(conn, size, edges)
-    assert conn.data == b""  # all of it read, and nothing past it
+    assert not conn.data  # all of it read, and nothing past it
     assert chunk == 1 or conn.dropped > 0  # the middle was dropped unseen
     for at in (0, 999, size // 2, size - 1):
         bad = bytearray(body)
@@ -274,13 +304,13 @@ def test_bench_skips_the_http_workloads_without_aiohttp() -> None:
     args = ["bench", "--workloads", "large,http*", "--only", "limit,aiohttp-*", "--size", "1M"]
     done = run_bench(*args, "--runs", "1", "--no-progress", without_aiohttp=True)
     assert done.returncode == 0, done.stderr
-    assert [title for title, _ in _tables(done.stdout)] == [
-        "Large file: 1 MiB on one connection; 1 run"
-    ]
+    (title,) = [title for title, _ in _tables(done.stdout)]
+    assert title.startswith("Large file: 1 MiB on one connection")
     for out in (done.stdout, done.stderr):
         assert "skipped, as aiohttp is not installed: `aiohttp-asyncio`" in out
         assert "workload http-large skipped: none of its rows can run" in out
-    alone = run_bench("bench", "--workloads", "http", without_aiohttp=True)
+    # nginx serves the http workloads too, where it is installed: left out here.
+    alone = run_bench("bench", "--workloads", "http", "--only", "*aiohttp*", without_aiohttp=True)
     assert alone.returncode == 2
     assert "nothing to run" in alone.stderr and "aiohttp is not installed" in alone.stderr
     listed = run_bench("bench", "--list", without_aiohttp=True)
@@ -343,15 +373,16 @@ def _tables(markdown: str) -> list[tuple[str, list[list[str]]]]:
 
 # --- the ftp workloads: FTP server programs against curl (run only when named) ---
 
-FTP_ROWS = [name for name, row in REGISTRY.items() if "ftp-download" in row.workloads]
+FTP_ROWS = [name for name, row in REGISTRY.items() if isinstance(row, ftp.FtpRow)]
 FTP_SIZE = 4 << 20
 # uvloop's TLS transport loses the end of an upload whose client closes at once (curl):
 # the README's FTP example says so, and the bench must report it as that row's error.
 UVLOOP_TLS_SHORT = ("ftp-upload", "tls-ftp-example-uvloop", "uvloop's TLS transport loses")
-# The bench as if pyftpdlib and aioftp were not installed and examples/ were not beside it.
+# The bench as if pyftpdlib and aioftp were not installed, and aiosendfile not in a checkout
+# (installed from a wheel: no examples/ beside it).
 WITHOUT_FTP = (
-    "import sys, pathlib; sys.modules['pyftpdlib'] = sys.modules['aioftp'] = None; "
-    "from aiosendfile.bench import ftp; ftp.EXAMPLE = pathlib.Path('/nonexistent/ftp_server.py'); "
+    "import sys; sys.modules['pyftpdlib'] = sys.modules['aioftp'] = None; "
+    "from aiosendfile.bench import ftp; ftp.checkout_example = lambda: None; "
     "from aiosendfile.bench.cli import main; "
     "sys.exit(main(sys.argv[1:], prog='python -m aiosendfile bench'))"
 )
@@ -362,10 +393,10 @@ def _run_without_ftp(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=60)
 
 
-def _need_ftp() -> None:
-    if not ftp.EXAMPLE.is_file():  # the tests of an installed package: the wheel has no examples/
+def _need_ftp(servers: tuple[str, ...] = ("pyftpdlib", "aioftp")) -> None:
+    if ftp.checkout_example() is None:  # the tests of an installed package: no examples/
         pytest.skip("examples/ftp_server.py is not beside this aiosendfile")
-    missing = [m for m in ("pyftpdlib", "aioftp") if importlib.util.find_spec(m) is None]
+    missing = [m for m in servers if importlib.util.find_spec(m) is None]
     missing += [] if shutil.which("curl") else ["curl"]
     if missing:
         if os.environ.get("CI"):
@@ -397,7 +428,9 @@ def test_bench_ftp_workload_runs_every_row(tmp_path: Path) -> None:
         (w, row)
         for w in ("ftp-download", "ftp-upload")
         for row in FTP_ROWS
-        if (w, row) not in failed and (have_pyopenssl or row != "tls-pyftpdlib")
+        if w in REGISTRY[row].workloads
+        and (w, row) not in failed
+        and (have_pyopenssl or row != "tls-pyftpdlib")
     }
     sections = data["sections"]
     ran = {(s["workload"]["name"], r["row"]) for s in sections for r in s["rows"]}
@@ -409,7 +442,8 @@ def test_bench_ftp_workload_runs_every_row(tmp_path: Path) -> None:
         tls = "tls-" if section["transport"] == "tls" else ""
         assert section["workload"]["kind"] == "ftp"
         assert section["workload"]["file_size"] == FTP_SIZE
-        assert section["references"] == [f"{tls}pyftpdlib", f"{tls}aioftp"]
+        refs = [f"{tls}pyftpdlib", f"{tls}aioftp"] + ([] if tls else ["blocking-pread-send"])
+        assert section["references"] == refs
         assert section["receiver_ceiling"] > 0
         for row in section["rows"]:
             (sample,) = row["samples"]
@@ -418,10 +452,9 @@ def test_bench_ftp_workload_runs_every_row(tmp_path: Path) -> None:
             assert sample["timed_bytes"] == sample["server_file_bytes"] == FTP_SIZE
             assert sample["elapsed_s"] > 0 and row["median"] > 0
             assert row["cpu"] > 0 and row["receiver_cpu"] > 0 and row["rss_peak"] > 0
-            if row["row"] == f"{tls}pyftpdlib":
-                assert row["vs_limit"] == 1.0
-            if row["row"] == f"{tls}aioftp":
-                assert row["vs_asyncio"] == 1.0
+            for ref in refs:
+                if row["row"] == ref:
+                    assert row["vs"][ref] == 1.0
             if "ftp-example" in row["row"]:  # examples/ftp_server.py logs the path it took
                 assert row["paths"] == (["buffered"] if tls else ["zerocopy"])
             else:
@@ -431,15 +464,31 @@ def test_bench_ftp_workload_runs_every_row(tmp_path: Path) -> None:
     assert tables[0][0] == "FTP download: 4 MiB with curl (RETR); 1 run"
     assert tables[3][0] == "FTPS upload: 4 MiB with curl -T (STOR); 1 run"
     for section, (_, (header, _rule, *body)) in zip(sections, tables, strict=True):
-        assert header[:5] == ["row", "MB/s", "min-max", *(f"x {r}" for r in section["references"])]
+        names = {row["row"] for row in section["rows"]}
+        shown = [f"x {ref}" for ref in section["references"] if ref in names]
+        assert header[: 3 + len(shown)] == ["row", "MB/s", "min-max", *shown]
         assert [cells[0].strip("`") for cells in body[:-1]] == [r["row"] for r in section["rows"]]
         assert body[-1][0] == "curl ceiling"
-    verdicts = {v["target"] for v in data["targets"]}
+    assert data["targets"] == []  # a user's run: only --targets holds rows to targets
+    assert "Targets" not in done.stdout
+    assert "FTP: each row is an FTP server" in done.stdout
+
+
+def test_bench_ftp_targets_in_developer_mode(tmp_path: Path) -> None:
+    _need_ftp()
+    out = tmp_path / "ftp.json"
+    args = ["--workloads", "ftp", "--only", "ftp-example-*,pyftpdlib,aioftp*", "--size", "1M"]
+    done = run_bench(
+        "bench", *args, "--upload-size", "1M", "--runs", "1", "--no-progress", "--targets",
+        "--json", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    verdicts = {v["target"] for v in json.loads(out.read_text())["targets"]}
     assert "ftp-download: ftp-example-uvloop >= 2x aioftp" in verdicts
     assert "ftp-download: ftp-example-asyncio >= 1.2x aioftp-256k" in verdicts
     assert "ftp-upload: ftp-example-asyncio >= 1.2x pyftpdlib" in verdicts
     assert "ftp-upload: ftp-example-uvloop server CPU <= 1x aioftp" in verdicts
-    assert "FTP: each row is an FTP server" in done.stdout
+    assert "Targets (same-run ratios" in done.stdout
 
 
 def test_bench_ftp_upload_check_catches_short_and_wrong_files(tmp_path: Path) -> None:
@@ -466,14 +515,207 @@ def test_bench_ftp_runs_only_when_named_and_skips_what_is_missing() -> None:
     args = ["bench", "--workloads", "large,ftp", "--only", "limit,*ftp*", "--size", "1M"]
     done = _run_without_ftp(*args, "--runs", "1", "--no-progress")
     assert done.returncode == 0, done.stderr
-    assert [title for title, _ in _tables(done.stdout)] == [
-        "Large file: 1 MiB on one connection; 1 run"
-    ]
+    (title,) = [title for title, _ in _tables(done.stdout)]
+    assert title.startswith("Large file: 1 MiB on one connection") and title.endswith("; 1 run")
     for out in (done.stdout, done.stderr):
-        assert "examples/ftp_server.py is not here (a checkout has it, the wheel does not)" in out
+        assert f"skipped, as {ftp.NO_EXAMPLE}: `ftp-example-asyncio`" in out
         assert "skipped, as pyftpdlib is not installed: `pyftpdlib`, `tls-pyftpdlib`" in out
         assert "skipped, as aioftp is not installed: `aioftp`, `aioftp-256k`" in out
         assert "workload ftp-download skipped: none of its rows can run" in out
-    alone = _run_without_ftp("bench", "--workloads", "ftp")
+    alone = _run_without_ftp("bench", "--workloads", "ftp", "--only", "*ftp*")
     assert alone.returncode == 2
     assert "nothing to run" in alone.stderr and "aioftp is not installed" in alone.stderr
+    missing = run_bench("bench", "--workloads", "ftp", "--ftp-server", "/nonexistent/ftp.py")
+    assert missing.returncode == 2
+    assert "--ftp-server /nonexistent/ftp.py: no such file" in missing.stderr
+
+
+def test_bench_ftp_example_named_by_option_runs_outside_a_checkout(tmp_path: Path) -> None:
+    # Installed from a wheel, aiosendfile has no examples/: --ftp-server names the program.
+    _need_ftp(servers=())
+    example = ftp.checkout_example()
+    assert example is not None
+    elsewhere = tmp_path / "example"
+    shutil.copytree(example.parent, elsewhere, ignore=shutil.ignore_patterns("__pycache__"))
+    args = ["--workloads", "ftp-download", "--only", "ftp-example-asyncio", "--size", "1M"]
+    server = elsewhere / "ftp_server.py"
+    done = run_bench(
+        "bench", *args, "--runs", "1", "--no-progress", "--ftp-server", str(server), cwd=tmp_path
+    )
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    ((_, (_header, _rule, row, _ceiling)),) = _tables(done.stdout)
+    assert row[0] == "`ftp-example-asyncio`"
+    assert "[zerocopy]" in done.stdout  # the path the example logged: it served the file
+
+
+def test_bench_ftp_blocking_rows_speak_enough_ftp_for_curl() -> None:
+    if not shutil.which("curl"):
+        pytest.skip("the ftp workloads need curl")
+    args = ["--workloads", "ftp-download", "--only", "blocking-*", "--size", "3M"]
+    done = run_bench("bench", *args, "--runs", "1", "--no-progress")
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    ((title, (header, _rule, *body)),) = _tables(done.stdout)
+    assert title == "FTP download: 3 MiB with curl (RETR); 1 run"
+    assert header[3] == "x blocking-pread-send"  # the other references did not run
+    names = ["blocking-pread-send", "blocking-sendfile-corked", "blocking-sendfile"]
+    assert [cells[0].strip("`") for cells in body[:-1]] == names
+    assert body[0][3] == "1.00x"
+
+
+# --- the limit rows' loops, nginx, and where the bench runs from ---
+
+
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        blocking.sendfile_uncorked,
+        blocking.sendfile_corked,
+        blocking.pread_send,
+    ],
+    ids=["sendfile", "sendfile-corked", "pread-send"],
+)
+@pytest.mark.parametrize("size", [0, 1, 256 * 1024 + 1, 5 << 20], ids=str)
+def test_blocking_loops_send_head_and_file_and_leave_no_cork(
+    tmp_path: Path, strategy: blocking.Strategy, size: int
+) -> None:
+    path = tmp_path / "file.bin"
+    data = os.urandom(size + 7)  # a longer file: only `size` bytes may leave
+    path.write_bytes(data)
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        with socket.create_connection(listener.getsockname()) as client:
+            server, _ = listener.accept()
+            with server, open(path, "rb") as file:
+                server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                got = bytearray()
+                reader = threading.Thread(target=_read_all, args=(client, got))
+                reader.start()
+                try:
+                    assert strategy(server, file.fileno(), 3, size, head) == size
+                    assert server.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK) == 0
+                finally:
+                    server.shutdown(socket.SHUT_WR)
+                    reader.join(10)
+    assert bytes(got) == head + data[3 : 3 + size]
+
+
+def _read_all(sock: socket.socket, into: bytearray) -> None:
+    while chunk := sock.recv(1 << 20):
+        into += chunk
+
+
+def test_nginx_config_is_a_fast_static_server(tmp_path: Path) -> None:
+    workload = Workload("small-64k", "requests", 65536, requests=10, warmup=1, pinned=True)
+    job = Job(row="nginx", workload=workload, file=str(tmp_path / "a file.bin"), timeout=5)
+    plain = nginx.config(dataclasses.replace(job, cpus=(1,)), 8080, tmp_path)
+    for directive in (
+        "worker_processes 1;",
+        "worker_cpu_affinity 10;",  # CPU 1 only: the server's core, as the other rows get
+        "sendfile on;",
+        "tcp_nopush on;",
+        "tcp_nodelay on;",
+        "access_log off;",
+        "keepalive_requests 1000000;",
+        "open_file_cache max=16 inactive=60s;",
+        "listen 127.0.0.1:8080;",
+        f'location = /file {{ alias "{tmp_path / "a file.bin"}"; }}',
+        f'error_log "{tmp_path.resolve() / "error.log"}" error;',
+    ):
+        assert directive in plain
+    assert "ssl" not in plain and "worker_cpu_affinity" not in nginx.config(job, 1, tmp_path)
+    tls = nginx.config(dataclasses.replace(job, tls_cert="c.pem", tls_key="k.pem"), 8443, tmp_path)
+    assert "listen 127.0.0.1:8443 ssl;" in tls
+    assert 'ssl_certificate "c.pem";' in tls and 'ssl_certificate_key "k.pem";' in tls
+    cores = nginx.config(dataclasses.replace(job, cpus=(0, 3)), 1, tmp_path)
+    assert "worker_cpu_affinity 1001;" in cores
+
+
+@pytest.mark.skipif(NGINX_MISSING is not None, reason=f"{NGINX_MISSING} (apt-get install nginx)")
+def test_bench_nginx_rows_serve_the_same_workloads(bench: BenchRun) -> None:
+    # The smallest run had nginx serve every workload it is registered for, over plain
+    # TCP and TLS, to the one receiver: each response's head and length checked, the
+    # first small response and the large download's bytes compared with the file.
+    served = {
+        (s["workload"]["name"], s["transport"], r["row"])
+        for s in bench.data["sections"]
+        for r in s["rows"]
+        if "nginx" in r["row"]
+    }
+    expected = {(w, "tcp", "nginx") for w in REGISTRY["nginx"].workloads}
+    expected |= {(w, "tls", "tls-nginx") for w in REGISTRY["tls-nginx"].workloads}
+    assert served == expected
+    for section in bench.data["sections"]:
+        for row in section["rows"]:
+            if "nginx" not in row["row"]:
+                continue
+            (sample,) = row["samples"]
+            assert sample["server_cpu_s"] > 0  # its worker's CPU clock
+            assert row["rss_peak"] > 0 and row["rss_growth"] is not None
+            assert row["paths"] == []
+            assert row["vs"].get(row["row"], 1.0) == 1.0
+    assert f"Note: nginx {nginx.program()[1]}" in bench.stdout  # type: ignore[index]
+    verdicts = {v["target"] for v in bench.data["targets"]}
+    assert "large: aiosendfile-asyncio >= 1x nginx" in verdicts
+    assert "concurrent: aiosendfile-uvloop >= 1x nginx" in verdicts
+    assert "small-64k: aiosendfile-uvloop >= 1x nginx" in verdicts
+    assert "small-64k: aiosendfile-uvloop server CPU <= 1x nginx" in verdicts
+    assert "small-64k: aiosendfile-asyncio >= 0.8x nginx" in verdicts
+    assert "large: tls-aiosendfile-uvloop >= 1x tls-nginx" in verdicts
+    assert not _our_nginx_processes()  # every one stopped after its measurement
+
+
+def _our_nginx_processes() -> list[int]:
+    """nginx processes started by the bench: their prefix is its temporary directory."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"nginx" in command and b"aiosendfile-nginx-" in command:
+                found.append(int(entry.name))
+    return found
+
+
+def test_bench_skips_nginx_where_it_is_not_on_the_path(tmp_path: Path) -> None:
+    env = dict(os.environ, PATH=str(tmp_path))  # nothing there: no nginx
+    args = ["bench", "--workloads", "large", "--only", "limit,nginx", "--size", "1M"]
+    done = run_bench(*args, "--runs", "1", "--no-progress", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "skipped, as nginx is not on the PATH: `nginx`" in done.stdout
+    ((_, (header, _rule, limit, _ceiling)),) = _tables(done.stdout)
+    assert limit[0] == "`limit`" and "x nginx" not in header
+    assert "Targets" not in done.stdout  # a user's run: ratios, no targets
+
+
+def test_bench_quick_targets_are_labelled_indicative(tmp_path: Path) -> None:
+    args = ["bench", "--quick", "--targets", "--workloads", "large", "--size", "1M"]
+    only = ["--only", "limit,aiosendfile-asyncio", "--no-progress"]
+    out = tmp_path / "quick.json"
+    done = run_bench(*args, *only, "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "Targets, indicative only (--quick" in done.stdout
+    data = json.loads(out.read_text())
+    assert data["targets_indicative"] is True
+    assert [v["target"] for v in data["targets"]][:1] == [
+        "large: aiosendfile-asyncio >= 0.95x limit"
+    ]
+
+
+def test_bench_runs_from_the_folder_above_a_checkout(tmp_path: Path) -> None:
+    # There, a checkout's folder (named aiosendfile, no __init__.py) is found first and,
+    # with an editable install (the README's pip install -e), shadows the package as a
+    # namespace package without __file__ or the API; the bench then failed at import with
+    # "TypeError: expected str, bytes or os.PathLike object, not NoneType".
+    (tmp_path / "aiosendfile" / "examples").mkdir(parents=True)
+    helped = run_bench("bench", "--help", cwd=tmp_path)
+    assert helped.returncode == 0, helped.stderr
+    assert "--ftp-server PATH" in helped.stdout and "--targets" in helped.stdout
+    args = ["bench", "--workloads", "large,small-4k", "--only", "limit,aiosendfile-asyncio"]
+    done = run_bench(*args, "--size", "1M", "--requests", "20", "--runs", "1", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert len(_tables(done.stdout)) == 2
+    folder = Path(aiosendfile.__file__).parent  # its server processes imported the real one
+    assert f"aiosendfile {aiosendfile.__version__} (" in done.stdout
+    assert f"core, {folder})." in done.stdout

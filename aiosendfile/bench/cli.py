@@ -27,13 +27,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import files, ftp, report, runner, senders, targets
+from . import files, ftp, nginx, report, runner, senders, targets
 from .files import Served
 from .progress import Progress
 from .results import Failure, Sample, Section, summarize
 from .senders import REGISTRY, Sender
 from .slowfs import MountError
-from .workloads import Transport, Workload
+from .workloads import Placement, Transport, Workload
 
 DEFAULTS = {
     "size": 1 << 30,
@@ -68,8 +68,8 @@ WORKLOAD_NAMES = (
     "http-large",
     "http-64k",
 )
-# Run only when named (--workloads ftp): they need curl, pyftpdlib, aioftp and a checkout's
-# examples/ftp_server.py.
+# Run only when named (--workloads ftp): they need curl, pyftpdlib, aioftp and
+# examples/ftp_server.py (a checkout's, or --ftp-server).
 OPT_IN_WORKLOADS = ("ftp-download", "ftp-upload")
 ALL_WORKLOADS = WORKLOAD_NAMES + OPT_IN_WORKLOADS
 # --workloads shorthands: small is both small-file workloads, http both HTTP ones, ftp both FTP.
@@ -118,13 +118,14 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Measure aiosendfile against what you would use instead (asyncio's "
-        "loop.sendfile, 256 KiB buffered writes, a read-and-write upload loop, aiofiles) and "
-        "against the machine's limit (a blocking socket.sendfile thread), over 127.0.0.1: a "
+        "loop.sendfile, 256 KiB buffered writes, a read-and-write upload loop, aiofiles), "
+        "against nginx where it is installed, and against the machine's limit (the fastest "
+        "blocking sendfile(2) loop), over 127.0.0.1: a "
         "large file, small files as request/response, concurrent downloads, TLS, the event "
         "loop's lag while cold and hot files download, uploads received into a file, and "
         "aiohttp's FileResponse against aiosendfile's through a real HTTP/1.1 client; "
         "with --workloads ftp, examples/ftp_server.py against pyftpdlib and aioftp through curl. "
-        "Prints Markdown tables.",
+        "Prints Markdown tables of same-run ratios.",
         epilog="Rows: " + ", ".join(REGISTRY) + ". Workloads: " + ", ".join(ALL_WORKLOADS) + ".",
     )
     sizes = parser.add_argument_group("workloads")
@@ -195,8 +196,16 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     choice.add_argument(
         "--cpu",
         type=int,
-        help="the core that server and receiver share for small files "
-        "(default: the last one this process may use)",
+        help="the server's core: small files share it with the receiver, large files and "
+        "concurrent downloads put the receiver on another (default: the last core this "
+        "process may use)",
+    )
+    choice.add_argument(
+        "--ftp-server",
+        metavar="PATH",
+        type=Path,
+        help="the FTP example's ftp_server.py for --workloads ftp (default: examples/ of "
+        "the checkout this aiosendfile runs from, if it runs from one)",
     )
     choice.add_argument(
         "--dir", type=Path, help="where to create the files (default: the temporary directory)"
@@ -211,6 +220,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         help="also draw throughput and CPU per row (needs matplotlib: aiosendfile[bench])",
     )
     out.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    out.add_argument(
+        "--targets",
+        action="store_true",
+        help="also print the targets aiosendfile's developers hold it to, with their verdicts "
+        "(indicative only with --quick)",
+    )
     return parser
 
 
@@ -231,9 +246,9 @@ def select_workloads(args: argparse.Namespace) -> list[Workload]:
     warmup = max(1, min(100, args.requests // 20))
     delay = args.lag_delay / 1000 if args.lag_disk == "fuse" else 0.0
     workloads = {
-        "large": Workload("large", "stream", args.size),
+        "large": Workload("large", "stream", args.size, apart=True),
         "concurrent": Workload(
-            "concurrent", "stream", args.conn_size, connections=args.connections
+            "concurrent", "stream", args.conn_size, connections=args.connections, apart=True
         ),
         "lag": Workload(
             "lag",
@@ -246,7 +261,7 @@ def select_workloads(args: argparse.Namespace) -> list[Workload]:
         ),
         "upload": Workload("upload", "upload", args.upload_size),
         # Through aiohttp and a real HTTP/1.1 client on one keep-alive connection.
-        "http-large": Workload("http-large", "stream", args.size, http=True),
+        "http-large": Workload("http-large", "stream", args.size, http=True, apart=True),
         "http-64k": Workload(
             "http-64k",
             "requests",
@@ -289,8 +304,10 @@ def _check_patterns(patterns: Sequence[str], names: Sequence[str], kind: str) ->
             raise UsageError(f"no {kind} matches {pattern!r}; {kind}s: {', '.join(names)}")
 
 
-def missing(row: Sender, have_tls: bool) -> str | None:
+def missing(row: Sender, have_tls: bool, ftp_example: Path | None) -> str | None:
     """Why a row cannot run here, or None."""
+    if isinstance(row, ftp.ExampleRow) and ftp_example is None:
+        return ftp.NO_EXAMPLE
     for module in row.requires:
         if importlib.util.find_spec(module) is None:
             return f"{module} is not installed"
@@ -299,12 +316,23 @@ def missing(row: Sender, have_tls: bool) -> str | None:
     return row.unavailable()
 
 
-def pinned_cpus(args: argparse.Namespace) -> tuple[int, ...]:
+def placement(args: argparse.Namespace) -> Placement:
+    """The server's core (--cpu), and another for the receiver where there is one."""
     allowed = sorted(os.sched_getaffinity(0))
     cpu = allowed[-1] if args.cpu is None else args.cpu
     if cpu not in allowed:
         raise UsageError(f"--cpu {cpu}: this process may use CPUs {allowed}")
-    return (cpu,)
+    return Placement(cpu, next((other for other in allowed if other != cpu), None))
+
+
+def ftp_example(args: argparse.Namespace) -> Path | None:
+    """The FTP example's server program: --ftp-server, else the checkout's, if any."""
+    given: Path | None = args.ftp_server
+    if given is None:
+        return ftp.checkout_example()
+    if not given.is_file():
+        raise UsageError(f"--ftp-server {given}: no such file")
+    return given.resolve()
 
 
 def _result_text(sample: Sample) -> str:
@@ -327,6 +355,7 @@ class Plan:
     workloads: list[Workload]
     rows: dict[str, list[Sender]]  # workload name -> its rows, in registry order
     notes: list[str]
+    ftp_example: Path | None = None  # examples/ftp_server.py, where it was found
 
     def steps(self, runs: int) -> list[tuple[Workload, int, Sender]]:
         """Every measurement in order: per workload, run after run, rows rotated each run."""
@@ -338,11 +367,16 @@ class Plan:
         ]
 
 
-def make_plan(workloads: Sequence[Workload], rows: Sequence[Sender], have_tls: bool) -> Plan:
+def make_plan(
+    workloads: Sequence[Workload],
+    rows: Sequence[Sender],
+    have_tls: bool,
+    ftp_example: Path | None = None,
+) -> Plan:
     runnable: list[Sender] = []
     skipped: dict[str, list[str]] = {}
     for row in rows:
-        reason = missing(row, have_tls)
+        reason = missing(row, have_tls, ftp_example)
         if reason is None:
             runnable.append(row)
         else:
@@ -354,7 +388,9 @@ def make_plan(workloads: Sequence[Workload], rows: Sequence[Sender], have_tls: b
         if by_workload[workload.name]:
             continue
         # A workload whose rows all need something missing here (http: aiohttp) says so.
-        reasons = {missing(row, have_tls) for row in rows if workload.name in row.workloads}
+        reasons = {
+            missing(row, have_tls, ftp_example) for row in rows if workload.name in row.workloads
+        }
         why = "; ".join(sorted(r for r in reasons if r is not None))
         if why:
             notes.append(f"workload {workload.name} skipped: none of its rows can run ({why})")
@@ -363,7 +399,7 @@ def make_plan(workloads: Sequence[Workload], rows: Sequence[Sender], have_tls: b
             "nothing to run: no selected row serves a selected workload"
             + "".join(f"; {note}" for note in notes)
         )
-    return Plan(kept, by_workload, notes)
+    return Plan(kept, by_workload, notes, ftp_example)
 
 
 def measure_all(
@@ -371,7 +407,7 @@ def measure_all(
     runs: int,
     served: dict[str, Served],
     tls: tuple[str, str, str] | None,
-    cpus: tuple[int, ...],
+    cores: Placement,
     progress: Progress,
 ) -> tuple[list[Sample], list[Failure]]:
     samples: list[Sample] = []
@@ -387,10 +423,12 @@ def measure_all(
             row_tls = tls if row.transport == "tls" else None
             try:
                 if isinstance(row, ftp.FtpRow):  # a server program against curl
-                    sample = ftp.measure(row, workload, run, served[workload.name], row_tls)
+                    sample = ftp.measure(
+                        row, workload, run, served[workload.name], row_tls, plan.ftp_example
+                    )
                 else:
                     sample = runner.measure(
-                        row, workload, run, served[workload.name], receiver, row_tls, cpus
+                        row, workload, run, served[workload.name], receiver, row_tls, cores
                     )
             except runner.MeasurementError as exc:
                 failures.append(Failure(workload.name, row.name, run, str(exc)))
@@ -405,13 +443,18 @@ def measure_all(
 def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
     workloads = select_workloads(args)
     rows = select_rows(args)
-    cpus = pinned_cpus(args)
+    cores = placement(args)
+    example = ftp_example(args)
+    try:
+        package = runner.package_info()  # before any measurement: the rows need it
+    except runner.MeasurementError as exc:
+        raise UsageError(str(exc)) from None
     with contextlib.ExitStack() as cleanup:
         scratch = tempfile.TemporaryDirectory(prefix="aiosendfile-bench-", dir=args.dir)
         directory = Path(cleanup.enter_context(scratch))
         have_tls = any(r.transport == "tls" for r in rows)
         tls = files.make_certificates(directory) if have_tls else None
-        plan = make_plan(workloads, rows, tls is not None)
+        plan = make_plan(workloads, rows, tls is not None, example)
         for note in plan.notes:
             print(f"note: {note}", file=sys.stderr)
         served: dict[str, Served] = {}
@@ -423,8 +466,8 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 served[workload.name] = make_served(workload, directory, cleanup)
         progress = Progress(len(plan.steps(args.runs)), sys.stderr, not args.no_progress)
         cleanup.callback(progress.close)
-        samples, failures = measure_all(plan, args.runs, served, tls, cpus, progress)
-    return write_results(args, argv, plan, samples, failures, cpus)
+        samples, failures = measure_all(plan, args.runs, served, tls, cores, progress)
+    return write_results(args, argv, plan, samples, failures, cores, package)
 
 
 def _same_file(
@@ -474,7 +517,8 @@ def write_results(
     plan: Plan,
     samples: Sequence[Sample],
     failures: Sequence[Failure],
-    cpus: tuple[int, ...],
+    cores: Placement,
+    package: str,
 ) -> int:
     """Markdown on stdout, and the JSON and the plot where asked; the exit status."""
     sections = build_sections(plan.workloads, plan.rows, samples)
@@ -482,19 +526,23 @@ def write_results(
     cipher = next((s.cipher for s in samples if s.cipher), None)
     if cipher:
         notes.append(f"TLS: {cipher}, one decrypting receiver (Python's ssl) for every TLS row.")
+    if any(isinstance(row, nginx.NginxRow) for rows in plan.rows.values() for row in rows):
+        notes.append(nginx.describe())
     options = {name: getattr(args, name) for name in (*DEFAULTS, "only", "workloads")}
     options.update(lag_disk=args.lag_disk, lag_delay_ms=args.lag_delay)
-    options["cpu"] = cpus[0]
+    options.update(cpu=cores.server, receiver_cpu=cores.other, targets=args.targets)
     result = report.Run(
         command=shlex.join(["python", "-m", "aiosendfile", "bench", *argv]),
         options=options,
-        machine=report.machine_info(),
+        machine=report.machine_info(package),
         sections=sections,
-        verdicts=targets.evaluate(sections),
+        # Held to targets only in developer mode: a user compares with peers and the limit.
+        verdicts=targets.evaluate(sections) if args.targets else [],
         titles={name: row.title for name, row in REGISTRY.items()},
         failures=failures,
         notes=notes,
-        pinned_cpus=cpus,
+        placement=cores,
+        quick=args.quick,
     )
     print(report.markdown(result), flush=True)
     if args.json is not None:
@@ -502,7 +550,7 @@ def write_results(
     if args.plot is not None:
         from .plot import plot  # matplotlib: only when asked
 
-        plot(str(args.plot), sections, dict(result.machine), result.command, cpus)
+        plot(str(args.plot), sections, dict(result.machine), result.command, cores)
     return 1 if failures else 0
 
 
@@ -537,7 +585,8 @@ def _rotated(rows: Sequence[Sender], by: int) -> list[Sender]:
 def list_rows() -> None:
     for row in REGISTRY.values():
         workloads = ", ".join(w for w in ALL_WORKLOADS if w in row.workloads)
-        reason = missing(row, have_tls=True)  # trustme is checked when a run starts
+        # trustme is checked when a run starts
+        reason = missing(row, have_tls=True, ftp_example=ftp.checkout_example())
         absent = f" (cannot run here: {reason})" if reason else ""
         print(f"{row.name:<28} {row.transport:<4} {workloads}{absent}\n    {row.title}")
 

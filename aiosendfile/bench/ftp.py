@@ -5,8 +5,10 @@
 and over TLS, against:
 
 - ``examples/ftp_server.py`` (RETR by ``aiosendfile.send()``, STOR by
-  ``aiosendfile.receive()``) on asyncio and on uvloop: a checkout has it,
-  the wheel does not;
+  ``aiosendfile.receive()``) on asyncio and on uvloop: the one in the
+  checkout this aiosendfile runs from (``--ftp-server PATH`` names another);
+  installed from a wheel, which has no ``examples/``, its rows are skipped
+  with a note;
 - pyftpdlib, through its own command line (``python -m pyftpdlib``:
   ``sendfile(2)`` for plain downloads); its FTPS needs pyOpenSSL;
 - aioftp as installed (``aioftp.Server`` with its defaults: 8 KiB blocks),
@@ -14,7 +16,14 @@ and over TLS, against:
   (``python -m aiosendfile.bench.ftp aioftp ...``: its own command line has
   no TLS and no block size).  aioftp has no AUTH TLS: its TLS is implicit
   (``ftps://``, TLS from the connection's first byte), the others' explicit
-  (``curl --ssl-reqd``: AUTH TLS, PROT P).
+  (``curl --ssl-reqd``: AUTH TLS, PROT P);
+- what a C server does under the same curl, downloads only (`miniftp.py`:
+  a blocking thread speaking just enough FTP, its data sent by plain system
+  calls): 256 KiB ``preadv`` + ``send``, ``sendfile(2)`` under TCP_CORK, and
+  uncorked ``sendfile(2)``.  curl copies every byte into user space; on
+  loopback it reads a zero-copy sender's page-cache pages cold and a copying
+  sender's from the CPU cache, so these rows, not the kernel-discarding
+  ``limit``, are what a server under curl can reach here.
 
 The servers and the client are other programs, so these rows do not go
 through the bench's server and receiver processes (runner.py): each
@@ -50,16 +59,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar, NamedTuple
 
-import aiosendfile
-
 from . import runner, serving
 from .files import Served
+from .measure import cpu_seconds_of, memory_of, reset_peak_rss
 from .results import Sample
 from .runner import MeasurementError
 from .senders import FTP_ONLY, NO_EXTENSIONS, Sender, register
 from .workloads import Workload
 
-EXAMPLE = Path(aiosendfile.__file__).resolve().parent.parent / "examples" / "ftp_server.py"
+NO_EXAMPLE = (
+    "examples/ftp_server.py is not here (it comes with a checkout, not with the wheel; "
+    "--ftp-server PATH names one)"
+)
 USER, PASSWORD = "bench", "bench"
 ROOT = "ftp-root"  # the servers' root, beside the run's files (not holding its TLS key)
 READY = re.compile(r"server on 127\.0\.0\.1:(\d+)\b")  # the first line of each of them
@@ -68,12 +79,19 @@ STOP_TIMEOUT = 5.0  # seconds for a server to exit after SIGTERM
 AIOFTP_BIG_BLOCK = 256 << 10
 # examples/ftp_server.py logs each transfer: "... RETR /f.bin 4194304 bytes 0.01 s zerocopy ok"
 EXAMPLE_TRANSFER = re.compile(r" (?:RETR|STOR) /\S+ \d+ bytes [\d.]+ s (\S+) ok$", re.MULTILINE)
-_CPUCLOCK_SCHED = 2  # Linux: a process's CPU clock id is (~pid << 3) | 2
+
+
+def checkout_example() -> Path | None:
+    """examples/ftp_server.py of the checkout this aiosendfile runs from, if it runs from one."""
+    root = Path(runner.PACKAGE_ROOT)
+    example = root / "examples" / "ftp_server.py"
+    return example if (root / "setup.cfg").is_file() and example.is_file() else None
 
 
 class FtpRow(Sender):
     """An FTP server program: `command()` starts it on 127.0.0.1, port 0, serving `root`
-    to USER (with write rights), with FTPS where `tls` (chain, key, CA) is given."""
+    to USER (with write rights), with FTPS where `tls` (chain, key, CA) is given;
+    `example` is examples/ftp_server.py, for the rows that run it."""
 
     workloads = FTP_ONLY
     implicit_tls: ClassVar[bool] = False  # TLS from the first byte (ftps://), not AUTH TLS
@@ -82,7 +100,9 @@ class FtpRow(Sender):
         raise TypeError(f"{self.name} is a program of its own: ftp.measure() runs it")
 
     @abc.abstractmethod
-    def command(self, root: str, tls: tuple[str, str, str] | None) -> list[str]:
+    def command(
+        self, root: str, tls: tuple[str, str, str] | None, example: Path | None
+    ) -> list[str]:
         """The server's argv."""
 
     def unavailable(self) -> str | None:
@@ -97,15 +117,14 @@ class ExampleRow(FtpRow):
     env: ClassVar[Mapping[str, str | None]] = {NO_EXTENSIONS: None}  # the C core
     loop: ClassVar[str] = "asyncio"
 
-    def command(self, root: str, tls: tuple[str, str, str] | None) -> list[str]:
-        argv = [sys.executable, str(EXAMPLE), "--root", root, "--port", "0"]
+    def command(
+        self, root: str, tls: tuple[str, str, str] | None, example: Path | None
+    ) -> list[str]:
+        if example is None:
+            raise MeasurementError(NO_EXAMPLE)
+        argv = [sys.executable, str(example), "--root", root, "--port", "0"]
         argv += ["--user", f"{USER}:{PASSWORD}:rw", "--loop", self.loop]
         return argv + (["--tls-cert", tls[0], "--tls-key", tls[1]] if tls else [])
-
-    def unavailable(self) -> str | None:
-        if not EXAMPLE.is_file():
-            return "examples/ftp_server.py is not here (a checkout has it, the wheel does not)"
-        return super().unavailable()
 
     def path_taken(self, log: str) -> str | None:
         found = EXAMPLE_TRANSFER.findall(log)
@@ -115,7 +134,9 @@ class ExampleRow(FtpRow):
 class PyftpdlibRow(FtpRow):
     requires: ClassVar[tuple[str, ...]] = ("pyftpdlib",)
 
-    def command(self, root: str, tls: tuple[str, str, str] | None) -> list[str]:
+    def command(
+        self, root: str, tls: tuple[str, str, str] | None, example: Path | None
+    ) -> list[str]:
         argv = [sys.executable, "-m", "pyftpdlib", "-i", "127.0.0.1", "-p", "0", "-w"]
         argv += ["-d", root, "-u", USER, "-P", PASSWORD]
         return argv + (["--tls", "--certfile", tls[0], "--keyfile", tls[1]] if tls else [])
@@ -130,11 +151,33 @@ class AioftpRow(FtpRow):
     requires: ClassVar[tuple[str, ...]] = ("aioftp",)
     block_size: ClassVar[int | None] = None  # None: aioftp's default (8 KiB)
 
-    def command(self, root: str, tls: tuple[str, str, str] | None) -> list[str]:
+    def command(
+        self, root: str, tls: tuple[str, str, str] | None, example: Path | None
+    ) -> list[str]:
         argv = [sys.executable, "-m", "aiosendfile.bench.ftp", "aioftp", "--root", root]
         if self.block_size is not None:
             argv += ["--block-size", str(self.block_size)]
         return argv + (["--tls-cert", tls[0], "--tls-key", tls[1]] if tls else [])
+
+
+class BlockingRow(FtpRow):
+    """`miniftp.py`: a blocking thread, its RETR one of `blocking`'s loops (`send`)."""
+
+    workloads = frozenset({"ftp-download"})
+    send: ClassVar[str]
+
+    def command(
+        self, root: str, tls: tuple[str, str, str] | None, example: Path | None
+    ) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "aiosendfile.bench.miniftp",
+            "--root",
+            root,
+            "--send",
+            self.send,
+        ]
 
 
 @register
@@ -213,6 +256,30 @@ class TlsAioftp256k(Aioftp256k):
     implicit_tls = True
 
 
+@register
+class BlockingPreadSend(BlockingRow):
+    name = "blocking-pread-send"
+    title = (
+        "what a C server does under curl, copying: a blocking thread, 256 KiB preadv() into one "
+        "buffer + send() (just enough FTP for curl, python -m aiosendfile.bench.miniftp)"
+    )
+    send = "pread-send"
+
+
+@register
+class BlockingSendfileCorked(BlockingRow):
+    name = "blocking-sendfile-corked"
+    title = "the same thread with sendfile(2) under TCP_CORK (the limit row's way)"
+    send = "sendfile-corked"
+
+
+@register
+class BlockingSendfile(BlockingRow):
+    name = "blocking-sendfile"
+    title = "the same thread with sendfile(2), uncorked (TCP_NODELAY, as asyncio sets it)"
+    send = "sendfile"
+
+
 # --- one measurement ---
 
 
@@ -225,24 +292,18 @@ class Usage(NamedTuple):
 class ServerProgram:
     """A row's server program: started, waited for until it listens, stopped on exit."""
 
-    def __init__(self, row: FtpRow, root: Path, tls: tuple[str, str, str] | None) -> None:
-        env = dict(os.environ)
-        for name, value in row.env.items():
-            if value is None:
-                env.pop(name, None)
-            else:
-                env[name] = value
-        # The aiosendfile this bench runs: examples/ftp_server.py and our aioftp imports it.
-        here = str(Path(aiosendfile.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
+    def __init__(
+        self, row: FtpRow, root: Path, tls: tuple[str, str, str] | None, example: Path | None
+    ) -> None:
         # Its output in a file, not a pipe: a server that logs a lot cannot block on it.
         self._out = tempfile.TemporaryFile()
         self._process = subprocess.Popen(
-            row.command(str(root), tls),
+            row.command(str(root), tls, example),
             stdin=subprocess.DEVNULL,
             stdout=self._out,
             stderr=subprocess.STDOUT,
-            env=env,
+            # The aiosendfile this bench runs: examples/ftp_server.py and our aioftp import it.
+            env=runner.child_environment(row.env),
         )
         self.pid = self._process.pid
         try:
@@ -272,28 +333,14 @@ class ServerProgram:
         return f"; its output ends: {text[-1500:]}" if text else ""
 
     def reset_peak(self) -> bool:
-        """VmHWM starts again from the RSS now (as measure.reset_peak_rss() does)."""
-        try:
-            with open(f"/proc/{self.pid}/clear_refs", "w") as clear_refs:
-                clear_refs.write("5")
-        except OSError:
-            return False
-        return True
+        """VmHWM starts again from the RSS now."""
+        return reset_peak_rss(self.pid)
 
     def usage(self) -> Usage:
         try:
-            # The process's CPU clock (clock_getcpuclockid(3)): user + system of every thread,
-            # the exited ones too, in nanoseconds (/proc/PID/stat counts clock ticks).
-            cpu = time.clock_gettime(((~self.pid) << 3) | _CPUCLOCK_SCHED)
-            status = Path(f"/proc/{self.pid}/status").read_text()
+            return Usage(cpu_seconds_of(self.pid), *memory_of(self.pid))
         except OSError as exc:
             raise MeasurementError(f"the server process: {exc}{self.tail()}") from None
-        memory = {
-            line.split(":")[0]: int(line.split()[1]) * 1024
-            for line in status.splitlines()
-            if line.startswith(("VmRSS:", "VmHWM:"))
-        }
-        return Usage(cpu, memory.get("VmRSS"), memory.get("VmHWM"))
 
     def close(self) -> None:
         if self._process.poll() is None:
@@ -378,8 +425,10 @@ def measure(
     run: int,
     served: Served,
     tls: tuple[str, str, str] | None = None,
+    example: Path | None = None,
 ) -> Sample:
-    """Runs `row`'s server and one curl transfer of `workload`; `tls` is (chain, key, CA)."""
+    """Runs `row`'s server and one curl transfer of `workload`; `tls` is (chain, key, CA),
+    `example` examples/ftp_server.py."""
     upload = workload.name == "ftp-upload"
     size = workload.file_size
     root = Path(served.file).parent / ROOT
@@ -391,7 +440,7 @@ def measure(
         if not (root / name).exists():
             os.link(served.file, root / name)  # the same file, and the same page cache
     try:
-        with ServerProgram(row, root, tls) as server:
+        with ServerProgram(row, root, tls, example) as server:
             reset = server.reset_peak()
             before = server.usage()
             try:

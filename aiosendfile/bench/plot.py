@@ -11,11 +11,15 @@ from typing import Any
 
 from .report import describe_machine, section_title
 from .results import Section
+from .workloads import Placement
 
 # One colour per kind of row, so the eye finds aiosendfile in every panel.
 _COLOURS = {
+    "limit-uncorked": "#c7c7c7",
     "limit": "#7f7f7f",
     "tls-thread": "#7f7f7f",
+    "nginx": "#8c564b",
+    "blocking": "#7f7f7f",
     "aiosendfile": "#1f77b4",
     "loop.sendfile": "#d62728",
     "buffered": "#ff7f0e",
@@ -31,7 +35,7 @@ def plot(
     sections: Sequence[Section],
     machine: dict[str, Any],
     command: str,
-    pinned_cpus: tuple[int, ...] | None,
+    placement: Placement | None,
 ) -> None:
     # Optional (the [bench] extra), so mypy may not find it; the command line checked it is here.
     import matplotlib  # type: ignore[import-not-found, unused-ignore]
@@ -62,7 +66,7 @@ def plot(
         left.barh(ticks, values, xerr=spread, color=colours, capsize=2, error_kw={"lw": 0.8})
         left.set_yticks(ticks, names, fontsize=8)
         left.invert_yaxis()
-        left.set_title(section_title(section, pinned_cpus), fontsize=8.5, loc="left")
+        left.set_title(section_title(section, placement), fontsize=8.5, loc="left")
         left.set_xlabel(f"{section.workload.unit}, median (bars: min-max)", fontsize=8)
         ceiling = section.receiver_ceiling
         peer = {"upload": "sender", "ftp": "curl"}.get(section.workload.kind, "receiver")

@@ -7,37 +7,40 @@ stdout: the bytes and responses moved, the time from the first connect() to
 the last byte, and its own CPU seconds over the same span (so the report can
 show how far the receiver outruns the rows).
 
-- Plain TCP: the bytes are discarded in the kernel, ``recv(..., MSG_TRUNC)``,
+Every response of a stream or requests workload is HTTP/1.1 (see workloads.py):
+a head, then the file.  Only file (body) bytes are counted and reported.
+
+- Plain TCP: the bodies are discarded in the kernel, ``recv(..., MSG_TRUNC)``,
   never copied: a receiver that copies every byte into a user buffer can be
   slower than sendfile(2) itself, and would measure its own copy.
 - TLS: a real, decrypting receiver, the same for every TLS row.  The ssl
   module decrypts from memory what one 256 KiB recv() brought: an SSLSocket
   does two read() calls per 16 KiB record, which slows its sender measurably.
+- A download on one connection (``large``, ``http-large``): one GET; the head
+  is read (1 KiB at a time) up to its blank line, the status must be 200 and
+  Content-Length the file's size; the body's first and last `CHECKED` bytes
+  are read and compared with the file, the rest discarded as above.  After a
+  ``Connection: close`` request the server must close right after the body.
 - Concurrent connections: two threads, each with its own epoll over half of
   the connections and SO_RCVLOWAT at 256 KiB, so each wake-up moves a lot.
+  Each connection's head is read and checked, its body counted to EOF.
   On loopback, much of the *sender's* TCP work runs inside the receiver's
   system calls (its ACKs push the sender's queued segments), so the receiver
   may use the core the server leaves idle.  The ``lag`` workload's downloads
-  go the same way, one thread for the cold files and one for the hot ones, and
-  each group's bytes and time to its last byte are reported apart.
-- Requests: one connection, one request at a time; the first response is
-  read for real and compared with the header and the file, byte for byte.
+  (no head) go the same way, one thread for the cold files and one for the
+  hot ones, and each group's bytes and time to its last byte are reported apart.
+- Requests: one connection, one GET at a time.  The first response is read
+  whole: its head checked, its body compared with the file byte for byte; the
+  head's size is then every later response's, which are discarded by that
+  exact count (the cheapest receiver, as the small files share its core with
+  the server).  The http workloads' requests read and check every head.
 - Upload: the receiver is the sending end: it sends from memory with
   sendall(), and the row's close (once every byte is in the file) stops its clock.
-- HTTP (the aiohttp rows): a real HTTP/1.1 client on one keep-alive
-  connection, one request at a time.  Each response head is read (1 KiB at a
-  time) up to its blank line; the status must be 200 and Content-Length the
-  file's size; the body is then discarded as above (MSG_TRUNC, or decrypted
-  into the same buffer over TLS, by the same memory-BIO reader as TLS
-  streams), and its length counted.  The first response of a requests
-  workload is compared with the file whole; a download's first and last
-  `CHECKED` bytes are.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import re
@@ -53,15 +56,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import measure
-from .workloads import (
-    HEADER_SIZE,
-    REQUEST,
-    UPLOAD_BLOCK,
-    Fetch,
-    file_request,
-    response_header,
-    upload_block,
-)
+from .workloads import UPLOAD_BLOCK, Fetch, file_request, upload_block
 
 RECV_CHUNK = 16 << 20  # the most one recv(MSG_TRUNC) may discard: fewer calls
 TLS_READ = 256 << 10  # ciphertext bytes one recv() takes for the TLS receiver
@@ -102,12 +97,6 @@ def main() -> int:
 
 def run(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None) -> Result:
     workload = fetch.workload
-    if workload.http:
-        if workload.kind == "requests":
-            return http_requests(fetch, buffer, tls)
-        if workload.kind == "stream" and workload.connections == 1:
-            return http_download(fetch, buffer, tls)
-        raise ValueError(f"the receiver speaks HTTP on one connection, not {workload.kind}")
     if workload.kind == "requests":
         return requests(fetch, buffer, tls)
     if workload.kind == "upload":
@@ -115,105 +104,10 @@ def run(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None) -> Result:
             raise ValueError("the receiver sends uploads over plain TCP only")
         return upload(fetch, buffer)
     if workload.kind == "stream" and workload.connections == 1:
-        return stream(fetch, buffer) if tls is None else stream_tls(fetch, buffer, tls)
+        return download(fetch, buffer, tls)
     if tls is not None:
         raise ValueError("the receiver takes concurrent connections over plain TCP only")
     return concurrent(fetch, buffer)
-
-
-def stream(fetch: Fetch, buffer: memoryview) -> Result:
-    """One connection, discarded in the kernel until EOF."""
-    cpu = measure.cpu_seconds()
-    with _connect(fetch) as (sock, start):
-        received, last = 0, start
-        while True:
-            n = _recv(sock, buffer, len(buffer), socket.MSG_TRUNC, fetch, received)
-            if not n:
-                break
-            received += n
-            last = time.perf_counter_ns()
-    return {
-        "elapsed_ns": last - start,
-        "bytes": received,
-        "responses": 1,
-        "cpu_s": measure.cpu_seconds() - cpu,
-    }
-
-
-def stream_tls(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext) -> Result:
-    """One TLS connection, decrypted for real until close_notify or EOF."""
-    cpu = measure.cpu_seconds()
-    ciphertext, plaintext = buffer[:TLS_READ], buffer[TLS_READ:]
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    session = tls.wrap_bio(incoming, outgoing, server_hostname=TLS_SERVER_NAME)
-    with _connect(fetch) as (sock, start):
-        received, last, cipher = 0, start, None
-        while True:
-            try:
-                if cipher is None:
-                    session.do_handshake()
-                    cipher = _cipher(session)
-                n = _decrypt_into(session, plaintext)
-                if not n:
-                    break  # close_notify
-                received += n
-                last = time.perf_counter_ns()
-                continue
-            except ssl.SSLWantReadError:
-                pass  # OpenSSL needs more ciphertext
-            except ssl.SSLZeroReturnError:
-                break  # close_notify
-            if outgoing.pending:
-                sock.sendall(outgoing.read())  # the handshake's replies
-            got = _recv(sock, ciphertext, len(ciphertext), 0, fetch, received)
-            if not got:
-                break  # the server closed without close_notify: what it sent is all
-            incoming.write(ciphertext[:got])
-    return {
-        "elapsed_ns": last - start,
-        "bytes": received,
-        "responses": 1,
-        "cpu_s": measure.cpu_seconds() - cpu,
-        "cipher": cipher,
-    }
-
-
-def requests(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None) -> Result:
-    """Request/response on one connection: warm-up responses, then the timed ones."""
-    workload = fetch.workload
-    size = workload.response_size
-    with open(fetch.file, "rb") as file:
-        expected = response_header(workload.file_size) + file.read(workload.file_size)
-    if len(expected) != size:
-        raise ValueError(f"{fetch.file} is shorter than {workload.file_size} bytes")
-    with _connect(fetch, tls) as (sock, _):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # requests go at once
-        flags = 0 if tls is not None else socket.MSG_TRUNC
-        for i in range(workload.warmup):
-            sock.sendall(REQUEST)
-            if i == 0:
-                got = _read_exactly(sock, size, fetch)
-                if got != expected:
-                    raise ValueError(
-                        f"the first response differs from header + file (got {len(got)} bytes, "
-                        f"head {got[:HEADER_SIZE]!r})"
-                    )
-            else:
-                _discard(sock, buffer, size, flags, fetch)
-        cpu = measure.cpu_seconds()
-        start = time.perf_counter_ns()
-        for _ in range(workload.requests):
-            sock.sendall(REQUEST)
-            _discard(sock, buffer, size, flags, fetch)
-        elapsed = time.perf_counter_ns() - start
-        cpu = measure.cpu_seconds() - cpu
-    return {
-        "elapsed_ns": elapsed,
-        "bytes": size * (workload.warmup + workload.requests),
-        "responses": workload.warmup + workload.requests,
-        "timed_responses": workload.requests,
-        "cpu_s": cpu,  # over the timed responses only
-    }
 
 
 def concurrent(fetch: Fetch, buffer: memoryview) -> Result:
@@ -264,29 +158,29 @@ def _download(
     buffer: memoryview,
     outcomes: dict[str, tuple[int, int] | BaseException],
 ) -> None:
-    """One thread's share: (bytes, time of the last byte), or its exception, to `outcomes`."""
-    size = fetch.workload.file_size
-    ask = fetch.workload.kind == "files"
+    """One thread's share: (body bytes, time of the last byte), or its exception, to
+    `outcomes`.  Each connection sends its request; a stream's head is read and checked."""
+    workload = fetch.workload
+    size = workload.file_size
+    with_head = workload.kind == "stream"
     poller = select.epoll()
     sockets: dict[int, socket.socket] = {}
-    received: dict[int, int] = {}
+    received: dict[int, int] = {}  # body bytes so far, per connection
+    heads: dict[int, bytearray] = {}  # what came of a head not yet complete
+    scratch = memoryview(bytearray(HEAD_READ))  # heads are read for real; not shared
     total, last = 0, time.perf_counter_ns()
     try:
         for index in indexes:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sockets[sock.fileno()] = sock
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, LOW_WATER)
-            if ask:  # connected before it can ask for its file
-                sock.settimeout(fetch.idle_timeout)
-                sock.connect(("127.0.0.1", fetch.port))
-                sock.sendall(file_request(index))
-                sock.setblocking(False)
-            else:
-                sock.setblocking(False)
-                code = sock.connect_ex(("127.0.0.1", fetch.port))
-                if code not in (0, errno.EINPROGRESS):
-                    raise OSError(code, f"connect: {os.strerror(code)}")
+            sock.settimeout(fetch.idle_timeout)  # connected before it can ask
+            sock.connect(("127.0.0.1", fetch.port))
+            sock.sendall(workload.request if with_head else file_request(index))
+            sock.setblocking(False)
             received[sock.fileno()] = 0
+            if with_head:
+                heads[sock.fileno()] = bytearray()
             poller.register(sock.fileno(), select.EPOLLIN)
         while received:
             events = poller.poll(fetch.idle_timeout)
@@ -295,16 +189,31 @@ def _download(
                     f"no data for {fetch.idle_timeout:.0f} s; {len(received)} connections open"
                 )
             for fd, _ in events:
+                head = heads.get(fd)
                 try:
-                    # MSG_TRUNC on TCP drops the bytes in the kernel: no copy into `buffer`.
-                    n = sockets[fd].recv_into(buffer, len(buffer), socket.MSG_TRUNC)
+                    if head is not None:
+                        n = sockets[fd].recv_into(scratch, len(scratch))
+                    else:
+                        # MSG_TRUNC on TCP drops the bytes in the kernel: no copy into `buffer`.
+                        n = sockets[fd].recv_into(buffer, len(buffer), socket.MSG_TRUNC)
                 except BlockingIOError:
                     continue  # woken for nothing
+                if n and head is not None:
+                    head += scratch[:n]
+                    body = _body_after_head(head, size)
+                    if body is None:
+                        continue  # more of the head to come
+                    del heads[fd]
+                    n = body
+                    if not n:
+                        continue
                 if n:
                     received[fd] += n
                     total += n
                     last = time.perf_counter_ns()
                     continue
+                if head is not None:
+                    raise ConnectionError(f"EOF in a response head ({bytes(head)!r})")
                 if received[fd] != size:
                     raise ValueError(f"short transfer: {received[fd]} of {size} bytes")
                 poller.unregister(fd)
@@ -466,9 +375,10 @@ def _expected(path: str, size: int, span: int) -> Expected:
     return parts
 
 
-def _http_response(conn: _HttpConnection, size: int, expected: Expected = ()) -> None:
+def _http_response(conn: _HttpConnection, size: int, expected: Expected = ()) -> int:
     """Reads one response: a 200 head with Content-Length `size`, then `size` body bytes,
-    those at the offsets of `expected` compared with it, the others dropped."""
+    those at the offsets of `expected` compared with it, the others dropped; the head's
+    size in bytes."""
     view = conn.view
     head = bytearray()
     while True:
@@ -476,22 +386,10 @@ def _http_response(conn: _HttpConnection, size: int, expected: Expected = ()) ->
         if not n:
             raise ConnectionError(f"EOF in a response head ({len(head)} bytes: {bytes(head)!r})")
         head += view[:n]
-        end = head.find(b"\r\n\r\n")
-        if end >= 0:
+        got = _body_after_head(head, size)
+        if got is not None:
             break
-        if len(head) > HEAD_MAX:
-            raise ValueError(f"no end of the response head in {len(head)} bytes")
-    end += 4
-    if not head.startswith(_STATUS_OK):
-        status = bytes(head).partition(b"\r\n")[0]
-        raise ValueError(f"the response is not 200 OK: {status!r}")
-    match = _CONTENT_LENGTH.search(head, 0, end)
-    if match is None or int(match[1]) != size:
-        found = "none" if match is None else match[1].decode()
-        raise ValueError(f"Content-Length {found}, expected {size}: {bytes(head[:end])!r}")
-    got = len(head) - end  # body bytes that came with the head
-    if got > size:
-        raise ValueError(f"{got - size} bytes more than Content-Length {size}")
+    end = len(head) - got
     if not _matches(expected, 0, memoryview(head)[end:]):
         raise ValueError("the body's first bytes differ from the file's")
     while got < size:
@@ -502,6 +400,29 @@ def _http_response(conn: _HttpConnection, size: int, expected: Expected = ()) ->
         if keep and not _matches(expected, got, view[:n]):
             raise ValueError(f"the body's bytes at {got} differ from the file's")
         got += n
+    return end
+
+
+def _body_after_head(head: bytearray, size: int) -> int | None:
+    """None while `head` (what came so far) holds no blank line; then, the head checked
+    (200, Content-Length `size`), how many body bytes came with it."""
+    end = head.find(b"\r\n\r\n")
+    if end < 0:
+        if len(head) > HEAD_MAX:
+            raise ValueError(f"no end of the response head in {len(head)} bytes")
+        return None
+    end += 4
+    if not head.startswith(_STATUS_OK):
+        status = bytes(head).partition(b"\r\n")[0]
+        raise ValueError(f"the response is not 200 OK: {status!r}")
+    match = _CONTENT_LENGTH.search(head, 0, end)
+    if match is None or int(match[1]) != size:
+        found = "none" if match is None else match[1].decode()
+        raise ValueError(f"Content-Length {found}, expected {size}: {bytes(head[:end])!r}")
+    body = len(head) - end
+    if body > size:
+        raise ValueError(f"{body - size} bytes more than Content-Length {size}")
+    return body
 
 
 def _span(expected: Expected, offset: int, size: int) -> tuple[bool, int]:
@@ -524,15 +445,19 @@ def _matches(expected: Expected, offset: int, data: memoryview) -> bool:
     return True
 
 
-def http_download(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None) -> Result:
-    """GET the file once on a new connection; its first and last CHECKED bytes compared."""
-    size = fetch.workload.file_size
+def download(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None) -> Result:
+    """GET the file once on a new connection; its first and last CHECKED bytes compared.
+    After a Connection: close request, the server must close right after the body."""
+    workload = fetch.workload
+    size = workload.file_size
     expected = _expected(fetch.file, size, CHECKED)
     cpu = measure.cpu_seconds()
     with _http(fetch, buffer, tls) as (conn, start):
-        conn.send(REQUEST)
+        conn.send(workload.request)
         _http_response(conn, size, expected)
         last = time.perf_counter_ns()
+        if not workload.http and conn.read(1, keep=False):
+            raise ValueError(f"bytes past Content-Length {size} (or no close after it)")
     result: Result = {
         "elapsed_ns": last - start,
         "bytes": size,
@@ -544,21 +469,30 @@ def http_download(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None) 
     return result
 
 
-def http_requests(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None) -> Result:
+def requests(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None) -> Result:
     """GET after GET on one keep-alive connection: warm-up responses (the first compared
-    with the file whole), then the timed ones."""
+    with the file whole), then the timed ones.  The http workloads read and check every
+    head; the others take the first head's size as every later one's."""
     workload = fetch.workload
     size = workload.file_size
-    expected = _expected(fetch.file, size, size)
+    request = workload.request
     with _http(fetch, buffer, tls) as (conn, _):
-        for i in range(workload.warmup):
-            conn.send(REQUEST)
-            _http_response(conn, size, expected if i == 0 else ())
+        conn.send(request)
+        head = _http_response(conn, size, _expected(fetch.file, size, size))
+
+        def respond() -> None:
+            conn.send(request)
+            if workload.http:
+                _http_response(conn, size)
+            else:
+                _discard(conn, head + size)
+
+        for _ in range(workload.warmup - 1):
+            respond()
         cpu = measure.cpu_seconds()
         start = time.perf_counter_ns()
         for _ in range(workload.requests):
-            conn.send(REQUEST)
-            _http_response(conn, size)
+            respond()
         elapsed = time.perf_counter_ns() - start
         cpu = measure.cpu_seconds() - cpu
     result: Result = {
@@ -567,6 +501,7 @@ def http_requests(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None) 
         "responses": workload.warmup + workload.requests,
         "timed_responses": workload.requests,
         "cpu_s": cpu,  # over the timed responses only
+        "head_bytes": head,
     }
     if isinstance(conn, _TlsHttp):
         result["cipher"] = conn.cipher
@@ -577,10 +512,8 @@ def http_requests(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None) 
 
 
 @contextlib.contextmanager
-def _connect(
-    fetch: Fetch, tls: ssl.SSLContext | None = None
-) -> Iterator[tuple[socket.socket, int]]:
-    """A blocking connection (TLS-wrapped if asked), and the time connect() began."""
+def _connect(fetch: Fetch) -> Iterator[tuple[socket.socket, int]]:
+    """A blocking connection, and the time connect() began."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         # A kernel-side timeout keeps the socket blocking: no poll() before every recv().
@@ -588,8 +521,6 @@ def _connect(
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", idle, 0))
         start = time.perf_counter_ns()
         sock.connect(("127.0.0.1", fetch.port))
-        if tls is not None:
-            sock = tls.wrap_socket(sock, server_hostname=TLS_SERVER_NAME)
         yield sock, start
     finally:
         sock.close()
@@ -604,26 +535,14 @@ def _recv(
         raise TimeoutError(f"no data for {fetch.idle_timeout:.0f} s after {so_far} bytes") from None
 
 
-def _discard(sock: socket.socket, buffer: memoryview, size: int, flags: int, fetch: Fetch) -> None:
-    """Receives exactly `size` bytes, dropped in the kernel when flags has MSG_TRUNC."""
+def _discard(conn: _HttpConnection, size: int) -> None:
+    """Receives exactly `size` bytes, dropped unseen (in the kernel, over plain TCP)."""
     left = size
     while left:
-        n = _recv(sock, buffer, min(left, len(buffer)), flags, fetch, size - left)
+        n = conn.read(min(left, len(conn.view)), keep=False)
         if not n:
             raise ConnectionError(f"EOF after {size - left} of a {size}-byte response")
         left -= n
-
-
-def _read_exactly(sock: socket.socket, size: int, fetch: Fetch) -> bytes:
-    data = bytearray(size)
-    view = memoryview(data)
-    got = 0
-    while got < size:
-        n = _recv(sock, view[got:], size - got, 0, fetch, got)
-        if not n:
-            raise ConnectionError(f"EOF after {got} of a {size}-byte response")
-        got += n
-    return bytes(data)
 
 
 def _decrypt_into(session: ssl.SSLObject, out: memoryview) -> int:

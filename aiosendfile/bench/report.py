@@ -14,11 +14,9 @@ import platform
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import aiosendfile
-
 from .results import MIB, Failure, RowFigures, Sample, Section
 from .targets import Verdict
-from .workloads import HEADER_SIZE, Workload
+from .workloads import Placement
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,11 +31,13 @@ class Run:
     titles: Mapping[str, str]  # row -> what it does
     failures: Sequence[Failure]
     notes: Sequence[str]  # skipped rows and the like
-    pinned_cpus: tuple[int, ...] | None
+    placement: Placement | None
+    # --quick: the verdicts are only indicative (one short run of small files)
+    quick: bool = False
 
 
-def machine_info() -> dict[str, Any]:
-    """Where the run happens, and when."""
+def machine_info(package: str) -> dict[str, Any]:
+    """Where the run happens, and when; `package`: the aiosendfile the rows import."""
     return {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpus": os.cpu_count(),
@@ -45,7 +45,7 @@ def machine_info() -> dict[str, Any]:
         "system": f"{platform.system()} {platform.release()}",
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "uvloop": _version("uvloop"),
-        "aiosendfile": f"{aiosendfile.__version__} ({aiosendfile.CORE} core here)",
+        "aiosendfile": package,
     }
 
 
@@ -62,10 +62,16 @@ def describe_machine(machine: Mapping[str, Any]) -> str:
 def markdown(run: Run) -> str:
     lines: list[str] = []
     for section in run.sections:
-        lines += _section(section, run.pinned_cpus)
+        lines += _section(section, run.placement)
         lines.append("")
     if run.verdicts:
-        lines.append("Targets (same-run ratios, median over the runs):")
+        if run.quick:
+            lines.append(
+                "Targets, indicative only (--quick: one run of smaller files; a run without "
+                "--quick on an idle machine is the one to judge by; same-run ratios):"
+            )
+        else:
+            lines.append("Targets (same-run ratios, median over the runs):")
         lines += [f"- {verdict.describe()}" for verdict in run.verdicts]
         lines.append("")
     lines.append("Rows:")
@@ -102,17 +108,23 @@ def markdown(run: Run) -> str:
 
 
 SENDING = (
-    "MB = 10^6 bytes. Times are the receiver's (another process, on 127.0.0.1): from its "
-    "connect() (or its first timed request) to the last byte. Server CPU is the server "
-    "process's user + system time (getrusage) while it served; on loopback it includes TCP "
-    "work the kernel does inside the server's system calls. Peak RSS is the server's VmHWM, "
-    "reset just before the first connection; growth is peak minus the RSS at that moment. "
-    "The x columns are same-run ratios, median over the runs. On loopback much of the TCP "
-    "work of both ends runs in whichever process made the system call that set it off (the "
-    "receiver's ACKs push the server's queued segments), so server CPU alone depends on "
-    "timing; server+receiver CPU does not. The receiver ceiling is what the receiver would "
-    "take with each of its threads at 100 % of a core (its bytes or responses over its CPU "
-    "time per thread; busy = that CPU time over the elapsed time) while the limit row ran."
+    "MB = 10^6 bytes of file: response heads are not counted. Every response is HTTP/1.1 "
+    "(a GET, a head, the file): the receiver, one process for every row, reads and checks "
+    "each download's head and the first small-file response whole, and discards the rest "
+    "in the kernel (MSG_TRUNC). Times are the receiver's: from its connect() (or its first "
+    "timed request) to the last byte. Server CPU is the server process's user + system "
+    "time (getrusage; nginx's: its worker's CPU clock) while it served; on loopback it "
+    "includes TCP work the kernel does inside the server's system calls. Peak RSS is the "
+    "server's VmHWM, reset just before the first connection; growth is peak minus the RSS "
+    "at that moment. The x columns are same-run ratios, median over the runs. `limit` is "
+    "the fastest way the kernel sends a file here, measured: large files under TCP_CORK, "
+    "small files uncorked; `limit-uncorked` is the same loop without the cork. On loopback "
+    "much of the TCP work of both ends runs in whichever process made the system call that "
+    "set it off (the receiver's ACKs push the server's queued segments), so server CPU alone "
+    "depends on timing; server+receiver CPU does not. The receiver ceiling is what the "
+    "receiver would take with each of its threads at 100 % of a core (its bytes or "
+    "responses over its CPU time per thread; busy = that CPU time over the elapsed time) "
+    "while the limit row ran."
 )
 LAG = (
     "Loop lag: a task in the server sleeps 1 ms again and again and records how late it "
@@ -123,16 +135,16 @@ LAG = (
     "(median over the runs). Every transfer is byte-counted."
 )
 HTTP = (
-    "HTTP: each row is an aiohttp app (a server process of its own) whose one route returns "
-    "a FileResponse of the file; the receiver is a real HTTP/1.1 client on one keep-alive "
+    "HTTP: each row is a web server (a server process of its own, or nginx) serving the "
+    "file on one route; the receiver is a real HTTP/1.1 client on one keep-alive "
     "connection, one GET at a time: it reads each response head up to its blank line, checks "
     "the status (200) and Content-Length, and discards the body as it does elsewhere (in the "
     "kernel, or decrypted into one reused buffer over TLS), counting it. MB/s counts body "
     "bytes only. The first response of the 64 KiB files is compared with the file whole, a "
     "large download's first and last 2 MiB. The x aiohttp columns are same-run ratios to "
-    "aiohttp's own web.FileResponse on the same loop and transport, median over the runs: "
-    "throughput, and server CPU per GiB or per response. The receiver ceiling is over every "
-    "row's runs (there is no limit row)."
+    "aiohttp's own web.FileResponse on the same loop and transport (the asgi tables' x "
+    "uvicorn: to uvicorn's own protocol on the same loop, granian to uvloop's), the x "
+    "nginx ones to nginx, median over the runs: throughput, and server CPU per GiB or per response."
 )
 UPLOAD = (
     "Upload: the receiver process is the sending end here: it sends from memory with "
@@ -151,31 +163,36 @@ FTP = (
     "server's 226). Server CPU is the server process's user + system time (its CPU clock: "
     "every thread, in ns) from just before curl starts to just after it exits; peak "
     "RSS its VmHWM, reset first; + curl adds curl's own CPU (wait4). Every download's byte "
-    "count is checked, and every upload's size and SHA-256 against the file sent. The x "
-    "columns are same-run ratios to pyftpdlib and to aioftp as installed (over TLS, to "
-    "their TLS rows), median over the runs; the curl ceiling is what curl would move at 100 % "
-    "of a core, while the pyftpdlib row ran."
+    "count is checked, and every upload's size and SHA-256 against the file sent. The "
+    "blocking rows are what a C server does under the same curl: a thread per connection "
+    "speaking just enough FTP, its data sent by plain system calls (256 KiB preadv + send, "
+    "sendfile(2) under TCP_CORK, or without it); curl copies every byte into user space, "
+    "and on loopback it reads a zero-copy sender's page-cache pages cold but a copying "
+    "sender's still in the CPU cache, so copying can win here where it would not across a "
+    "network. The x columns are same-run ratios to pyftpdlib, to aioftp as installed (over "
+    "TLS, to their TLS rows) and to the blocking pread + send row, median over the runs; "
+    "the curl ceiling is what curl would move at 100 % of a core, while the pyftpdlib row ran."
 )
 
 
-def section_title(section: Section, pinned_cpus: tuple[int, ...] | None = None) -> str:
+def section_title(section: Section, placement: Placement | None = None) -> str:
     workload = section.workload
     count = len({s.run for s in section.samples})
     runs = f"{count} run" if count == 1 else f"{count} runs"
     over = " over TLS" if section.transport == "tls" else ""
     size = human_size(workload.file_size)
+    cores = placement.describe(workload) if placement else ""
     if workload.http:
         if workload.kind == "requests":
             return (
                 f"HTTP{over}, small files: {size} each, {workload.requests:,} GETs on one "
-                f"keep-alive connection to an aiohttp app{_pinned(workload, pinned_cpus)}; {runs}"
+                f"keep-alive connection to a web server{cores}; {runs}"
             )
-        return f"HTTP{over}, large file: {size} as one GET from an aiohttp app; {runs}"
+        return f"HTTP{over}, large file: {size} as one GET from a web server{cores}; {runs}"
     if workload.kind == "requests":
         return (
-            f"Small files{over}: {size} + a {HEADER_SIZE}-byte header, "
-            f"{workload.requests:,} request/responses on one connection"
-            f"{_pinned(workload, pinned_cpus)}; {runs}"
+            f"Small files{over}: {size} + a response head, "
+            f"{workload.requests:,} request/responses on one connection{cores}; {runs}"
         )
     if workload.kind == "files":
         hot = workload.connections - workload.cold
@@ -198,19 +215,13 @@ def section_title(section: Section, pinned_cpus: tuple[int, ...] | None = None) 
     if workload.connections > 1:
         return (
             f"Concurrent{over}: {workload.connections} connections downloading "
-            f"{size} each at once; {runs}"
+            f"{size} each at once{cores}; {runs}"
         )
-    return f"Large file{over}: {size} on one connection; {runs}"
+    return f"Large file{over}: {size} on one connection{cores}; {runs}"
 
 
-def _pinned(workload: Workload, pinned_cpus: tuple[int, ...] | None) -> str:
-    if not (workload.pinned and pinned_cpus):
-        return ""
-    return f", server and receiver on CPU {','.join(map(str, pinned_cpus))}"
-
-
-def _section(section: Section, pinned_cpus: tuple[int, ...] | None) -> list[str]:
-    lines = [f"### {section_title(section, pinned_cpus)}", ""]
+def _section(section: Section, placement: Placement | None) -> list[str]:
+    lines = [f"### {section_title(section, placement)}", ""]
     if section.workload.http:
         return lines + _http_table(section)
     if section.workload.kind == "files":
@@ -224,13 +235,13 @@ def _section(section: Section, pinned_cpus: tuple[int, ...] | None) -> list[str]
 
 def _send_table(section: Section) -> list[str]:
     workload = section.workload
-    limit, asyncio_ref = section.references or ("-", "-")
+    refs = section.shown_references()
     requests = workload.kind == "requests"
     concurrent = workload.connections > 1
     headers = ["row", workload.unit, "min-max"]
     if requests:
         headers.append("MB/s")
-    headers += [f"x {limit}", f"x {asyncio_ref}"]
+    headers += [f"x {ref}" for ref in refs]
     unit = "µs/response" if requests else "s/GiB"
     headers += [f"server CPU {unit}", f"server+receiver CPU {unit}"]
     if concurrent:
@@ -240,8 +251,8 @@ def _send_table(section: Section) -> list[str]:
     for figures in section.rows:
         cells = [f"`{figures.row}`", _number(figures.value), _spread(figures)]
         if requests:
-            cells.append(_number(figures.value * workload.response_size / 1e6))
-        cells += [_ratio(figures.vs_limit), _ratio(figures.vs_asyncio)]
+            cells.append(_number(figures.value * workload.file_size / 1e6))
+        cells += [_ratio(figures.vs.get(ref)) for ref in refs]
         digits = 1 if requests else 2
         cells.append(f"{figures.cpu:.{digits}f}")
         cells.append(f"{figures.cpu + figures.receiver_cpu:.{digits}f}")
@@ -250,35 +261,41 @@ def _send_table(section: Section) -> list[str]:
         cells.append(_mib(figures.rss_peak))
         lines.append(_row(cells))
     if section.receiver_ceiling is not None:
-        ref = section.row(limit)
         cells = [_ceiling_name(section), _number(section.receiver_ceiling), ""]
         if requests:
             cells.append("")
-        cells += [_ratio(section.receiver_ceiling / ref.value if ref else None), ""]
-        cells += ["", _busy(section)]
+        ratios = [""] * len(refs)
+        pace = section.row(section.references[0]) if section.references else None
+        if pace is not None:  # the limit row ran: it is refs[0], the ceiling's pace
+            ratios[0] = _ratio(section.receiver_ceiling / pace.value)
+        cells += [*ratios, "", _busy(section)]
         lines.append(_row(cells + [""] * (len(headers) - len(cells))))
     return lines
 
 
 def _http_table(section: Section) -> list[str]:
-    """The aiohttp rows: each compared, run for run, with aiohttp's own FileResponse on
-    the same loop (its `baseline`)."""
+    """Web frameworks and nginx: each row compared, run for run, with its `baseline`
+    (aiohttp's own FileResponse on the same loop), and with nginx where it ran."""
     workload = section.workload
+    refs = section.shown_references()
     requests = workload.kind == "requests"
     headers = ["row", workload.unit, "min-max"]
     if requests:
         headers.append("MB/s")
     unit = "µs/response" if requests else "s/GiB"
-    headers += ["x aiohttp", f"server CPU {unit}", "CPU x aiohttp"]
+    base = "uvicorn" if workload.name.startswith("asgi-") else "aiohttp"  # bench/asgi.py's
+    headers += [f"x {base}", *(f"x {ref}" for ref in refs), f"server CPU {unit}"]
+    headers += [f"CPU x {base}", *(f"CPU x {ref}" for ref in refs)]
     headers += [f"server+receiver CPU {unit}", "peak RSS MiB"]
     lines = _header(headers)
     digits = 1 if requests else 2
     for figures in section.rows:
         cells = [f"`{figures.row}`", _number(figures.value), _spread(figures)]
         if requests:
-            cells.append(_number(figures.value * workload.response_size / 1e6))
-        cells += [_ratio(figures.vs_baseline), f"{figures.cpu:.{digits}f}"]
-        cells += [_ratio(figures.cpu_vs_baseline)]
+            cells.append(_number(figures.value * workload.file_size / 1e6))
+        cells += [_ratio(figures.vs_baseline), *(_ratio(figures.vs.get(ref)) for ref in refs)]
+        cells += [f"{figures.cpu:.{digits}f}", _ratio(figures.cpu_vs_baseline)]
+        cells += [_ratio(section.ratio(figures.row, ref, _cpu)) for ref in refs]
         cells += [f"{figures.cpu + figures.receiver_cpu:.{digits}f}", _mib(figures.rss_peak)]
         lines.append(_row(cells))
     if section.receiver_ceiling is not None:
@@ -321,15 +338,18 @@ def _upload_table(section: Section) -> list[str]:
 
 
 def _ftp_table(section: Section) -> list[str]:
-    """FTP servers: each compared, run for run, with pyftpdlib and aioftp (`references`)."""
-    pyftpdlib, aioftp = section.references or ("-", "-")
-    headers = ["row", "MB/s", "min-max", f"x {pyftpdlib}", f"x {aioftp}", "server CPU s/GiB"]
-    headers += [f"CPU x {pyftpdlib}", f"CPU x {aioftp}", "CPU + curl s/GiB", "peak RSS MiB"]
+    """FTP servers: each compared, run for run, with pyftpdlib, aioftp and a blocking
+    loop under the same curl (`references`)."""
+    refs = section.shown_references()
+    headers = ["row", "MB/s", "min-max", *(f"x {ref}" for ref in refs), "server CPU s/GiB"]
+    headers += [f"CPU x {ref}" for ref in refs]
+    headers += ["CPU + curl s/GiB", "peak RSS MiB"]
     lines = _header(headers)
     for figures in section.rows:
         cells = [f"`{figures.row}`", _number(figures.value), _spread(figures)]
-        cells += [_ratio(figures.vs_limit), _ratio(figures.vs_asyncio), f"{figures.cpu:.2f}"]
-        cells += [_ratio(section.ratio(figures.row, ref, _cpu)) for ref in (pyftpdlib, aioftp)]
+        cells += [_ratio(figures.vs.get(ref)) for ref in refs]
+        cells.append(f"{figures.cpu:.2f}")
+        cells += [_ratio(section.ratio(figures.row, ref, _cpu)) for ref in refs]
         cells += [f"{figures.cpu + figures.receiver_cpu:.2f}", _mib(figures.rss_peak)]
         lines.append(_row(cells))
     if section.receiver_ceiling is not None:
@@ -396,7 +416,8 @@ def to_json(run: Run) -> dict[str, Any]:
         "command": run.command,
         "options": dict(run.options),
         "machine": dict(run.machine),
-        "sections": [_section_json(section, run.pinned_cpus) for section in run.sections],
+        "sections": [_section_json(section, run.placement) for section in run.sections],
+        "targets_indicative": run.quick,
         "targets": [
             {
                 "target": verdict.target.describe(),
@@ -413,9 +434,9 @@ def to_json(run: Run) -> dict[str, Any]:
     }
 
 
-def _section_json(section: Section, pinned_cpus: tuple[int, ...] | None) -> dict[str, Any]:
+def _section_json(section: Section, placement: Placement | None) -> dict[str, Any]:
     return {
-        "title": section_title(section, pinned_cpus),
+        "title": section_title(section, placement),
         "workload": section.workload.to_dict(),
         "transport": section.transport,
         "unit": section.workload.unit,
@@ -430,8 +451,7 @@ def _section_json(section: Section, pinned_cpus: tuple[int, ...] | None) -> dict
                 "median": figures.value,
                 "min": figures.low,
                 "max": figures.high,
-                "vs_limit": figures.vs_limit,
-                "vs_asyncio": figures.vs_asyncio,
+                "vs": dict(figures.vs),  # reference row -> same-run ratio
                 "cpu": figures.cpu,
                 "receiver_cpu": figures.receiver_cpu,
                 "rss_peak": figures.rss_peak,

@@ -133,8 +133,7 @@ class RowFigures:
     receiver_cpu: float  # median, in the same unit
     rss_peak: int  # the largest of the runs
     rss_growth: int | None
-    vs_limit: float | None  # same-run ratios, median
-    vs_asyncio: float | None
+    vs: Mapping[str, float | None]  # reference row -> same-run ratio of values, median
     paths: tuple[str, ...]
     baseline: str | None = None  # the row it is compared with run for run (upload)
     vs_baseline: float | None = None  # same-run ratios to it, median: throughput
@@ -148,7 +147,8 @@ class Section:
 
     workload: Workload
     transport: Transport
-    references: tuple[str, str] | None  # (the limit row, asyncio's loop.sendfile row)
+    # The rows every row is compared with; the first sets the receiver ceiling's pace.
+    references: tuple[str, ...] | None
     rows: tuple[RowFigures, ...]
     receiver_ceiling: float | None  # median, at the limit row's pace where it ran
     receiver_busy: float | None  # receiver CPU / (elapsed x threads) in the limit row, median
@@ -157,6 +157,10 @@ class Section:
 
     def row(self, name: str) -> RowFigures | None:
         return next((figures for figures in self.rows if figures.row == name), None)
+
+    def shown_references(self) -> tuple[str, ...]:
+        """The reference rows that ran in this table."""
+        return tuple(ref for ref in self.references or () if self.row(ref) is not None)
 
     def ratio(self, row: str, ref: str, metric: Callable[[Sample], float]) -> float | None:
         """Median over runs of metric(row) / metric(ref) in the same run; None if never both."""
@@ -175,7 +179,7 @@ def same_run_ratio(
 def summarize(
     workload: Workload,
     transport: Transport,
-    references: tuple[str, str] | None,
+    references: tuple[str, ...] | None,
     rows: Sequence[str],
     samples: Sequence[Sample],
     baselines: Mapping[str, str] | None = None,
@@ -183,7 +187,7 @@ def summarize(
     """The figures of one table, rows in the order given; `baselines` maps a row to
     the row it is compared with run for run."""
     mine = tuple(s for s in samples if s.workload == workload and s.transport == transport)
-    limit, asyncio_ref = references or (None, None)
+    refs = references or ()
     figures = []
     for row in rows:
         of_row = tuple(s for s in mine if s.row == row)
@@ -203,8 +207,7 @@ def summarize(
                 receiver_cpu=statistics.median(s.receiver_cpu for s in of_row),
                 rss_peak=max(s.rss_peak for s in of_row),
                 rss_growth=max(growths) if growths else None,
-                vs_limit=_ratio(mine, row, limit, _value),
-                vs_asyncio=_ratio(mine, row, asyncio_ref, _value),
+                vs={ref: _ratio(mine, row, ref, _value) for ref in refs},
                 paths=tuple(sorted({p for s in of_row for p in s.paths})),
                 baseline=baseline,
                 vs_baseline=_ratio(mine, row, baseline, _value),
@@ -213,7 +216,7 @@ def summarize(
             )
         )
     # The receiver's ceiling matters at the fastest sender's pace: the limit row's.
-    paced = [s for s in mine if s.row == limit] or list(mine)
+    paced = [s for s in mine if refs and s.row == refs[0]] or list(mine)
     ceiling = statistics.median(s.receiver_ceiling for s in paced) if paced else None
     busy = statistics.median(s.receiver_busy for s in paced) if paced else None
     threads = max((s.receiver_threads for s in paced), default=1)

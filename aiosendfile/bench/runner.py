@@ -1,7 +1,13 @@
-"""One measurement, seen from the orchestrator: a server process, the receiver, a Sample.
+"""One measurement, seen from the orchestrator: a server, the receiver, a Sample.
 
-Every wait is bounded; a server process that outlives its measurement, for
-whatever reason, is killed on the way out.
+The server is the row's: a bench server process running the row's serve()
+(`ServerProcess`), or a program of its own that the row starts (nginx); either
+way a `Server`.  Every wait is bounded; a server that outlives its measurement,
+for whatever reason, is killed on the way out.
+
+Every child process imports the aiosendfile this orchestrator runs
+(`child_environment`): from the folder above a checkout, ``import aiosendfile``
+would otherwise find the checkout's folder, a namespace package without the API.
 """
 
 from __future__ import annotations
@@ -16,13 +22,20 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from typing import IO, Any
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from .files import Served
 from .results import MB, Sample
-from .senders import Sender
-from .workloads import Fetch, Job, Workload
+from .workloads import Fetch, Job, Placement, Workload
 
+if TYPE_CHECKING:
+    from .senders import Sender  # which imports this module
+
+# The folder that holds the aiosendfile package this code belongs to.
+PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent.parent)
+
+NO_EXTENSIONS = "AIOSENDFILE_NO_EXTENSIONS"  # forces aiosendfile's pure-Python core
 READY_TIMEOUT = 30.0  # seconds for a server process to start and listen
 DONE_TIMEOUT = 30.0  # seconds for it to report once the receiver is done
 IDLE_TIMEOUT = 30.0  # seconds without a byte before the receiver gives up
@@ -60,16 +73,59 @@ class _Lines:
         return line.decode()
 
 
+def child_environment(changes: Mapping[str, str | None] = {}) -> dict[str, str]:
+    """This process's environment with `changes` (None removes a variable), and
+    PACKAGE_ROOT first on PYTHONPATH: a child imports this aiosendfile, whatever its
+    working directory holds."""
+    environ = dict(os.environ)
+    for name, value in changes.items():
+        if value is None:
+            environ.pop(name, None)
+        else:
+            environ[name] = value
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, environ.get("PYTHONPATH")]))
+    return environ
+
+
+def package_info() -> str:
+    """The aiosendfile a row's server process imports: "0.1.0 (c core, /its/folder)"."""
+    probe = (
+        "import aiosendfile, os; "
+        "print(aiosendfile.__version__, aiosendfile.CORE, os.path.dirname(aiosendfile.__file__))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=READY_TIMEOUT,
+        env=child_environment({NO_EXTENSIONS: None}),  # as its rows run it
+    )
+    if done.returncode != 0:
+        raise MeasurementError(f"aiosendfile does not import: {done.stderr.strip()[-1500:]}")
+    version, core, folder = done.stdout.strip().split(" ", 2)
+    return f"{version} ({core} core, {folder})"
+
+
+class Server(Protocol):
+    """The server of one measurement, as the orchestrator sees it."""
+
+    def ready(self, timeout: float) -> int:
+        """Waits until it accepts connections, its measurement started; its port."""
+
+    def done(self, timeout: float) -> dict[str, Any]:
+        """After the receiver: what it measured (see `ServerProcess.done`)."""
+
+    def tail(self) -> str:
+        """The end of what it wrote, for an error message ("; its stderr ends: ..."), or ""."""
+
+    def close(self) -> None:
+        """Stops it, whatever state it is in."""
+
+
 class ServerProcess:
     """`python -m aiosendfile.bench.server JOB`: one row serving one workload."""
 
     def __init__(self, job: Job, env: Mapping[str, str | None]) -> None:
-        environ = dict(os.environ)
-        for name, value in env.items():
-            if value is None:
-                environ.pop(name, None)
-            else:
-                environ[name] = value
         # A file, not a pipe: a server that logs a lot cannot block on a full pipe.
         self._stderr = tempfile.TemporaryFile()
         self._process = subprocess.Popen(
@@ -77,22 +133,31 @@ class ServerProcess:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
-            env=environ,
+            env=child_environment(env),
         )
         assert self._process.stdout is not None
         self._lines = _Lines(self._process.stdout, "server")
+
+    def ready(self, timeout: float) -> int:
+        port: int = self.message("ready", timeout)["port"]
+        return port
+
+    def done(self, timeout: float) -> dict[str, Any]:
+        """The server's report: cpu_s, rss_base, rss_peak, responses and file_bytes
+        (None where the server cannot count them), errors, paths, lags_ms."""
+        return self.message("done", timeout)
 
     def message(self, event: str, timeout: float) -> dict[str, Any]:
         line = self._lines.next(timeout)
         if line is None:
             status = self._process.wait(timeout=5)
-            raise MeasurementError(f"the server exited ({_status(status)}){self.stderr_tail()}")
+            raise MeasurementError(f"the server exited ({_status(status)}){self.tail()}")
         message: dict[str, Any] = json.loads(line)
         if message.get("event") != event:
             raise MeasurementError(f"the server said {line!r}, expected {event!r}")
         return message
 
-    def stderr_tail(self) -> str:
+    def tail(self) -> str:
         self._stderr.seek(0, os.SEEK_END)
         self._stderr.seek(max(0, self._stderr.tell() - 1500))
         tail = self._stderr.read().decode(errors="replace").strip()
@@ -105,12 +170,6 @@ class ServerProcess:
         assert self._process.stdout is not None
         self._process.stdout.close()
         self._stderr.close()
-
-    def __enter__(self) -> ServerProcess:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
 
 class ReceiverProcess:
@@ -142,6 +201,7 @@ class ReceiverProcess:
                 [sys.executable, "-m", "aiosendfile.bench.receiver"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
+                env=child_environment(),
             )
             assert self._process.stdout is not None
             self._lines = _Lines(self._process.stdout, "receiver")
@@ -170,7 +230,7 @@ class ReceiverProcess:
 
 def budget(workload: Workload) -> float:
     """Seconds one measurement may take: generous, only there so nothing can hang."""
-    wire = workload.response_size * workload.responses
+    wire = workload.file_size * workload.responses
     return 30 + wire / 20e6 + workload.responses * 0.005
 
 
@@ -181,11 +241,12 @@ def measure(
     served: Served,
     receiver: ReceiverProcess,
     tls: tuple[str, str, str] | None = None,
-    cpus: tuple[int, ...] | None = None,
+    placement: Placement | None = None,
 ) -> Sample:
-    """Runs `sender` on `workload` once; `tls` is (certificate chain, key, CA) PEM paths."""
+    """Runs `sender` on `workload` once; `tls` is (certificate chain, key, CA) PEM paths;
+    `placement` the cores of server and receiver, where the workload pins them."""
     seconds = budget(workload)
-    pinned = cpus if workload.pinned else None
+    server_cpus, receiver_cpus = placement.cpus(workload) if placement else (None, None)
     job = Job(
         row=sender.name,
         workload=workload,
@@ -193,25 +254,27 @@ def measure(
         timeout=seconds + DONE_TIMEOUT,
         tls_cert=tls[0] if tls else None,
         tls_key=tls[1] if tls else None,
-        cpus=pinned,
+        cpus=server_cpus,
         files=served.files,
     )
     served.prepare()  # every row starts from the same page cache
     try:
-        with ServerProcess(job, sender.env) as server:
-            port = server.message("ready", READY_TIMEOUT)["port"]
+        server = sender.launch(job)
+        try:
             fetch = Fetch(
-                port=port,
+                port=server.ready(READY_TIMEOUT),
                 workload=workload,
                 file=served.file,
                 idle_timeout=IDLE_TIMEOUT,
                 tls_ca=tls[2] if tls else None,
-                cpus=pinned,
+                cpus=receiver_cpus,
             )
             got = receiver.fetch(fetch, seconds)
             if not got["ok"]:
-                raise MeasurementError(f"the receiver failed: {got['error']}{server.stderr_tail()}")
-            done = server.message("done", DONE_TIMEOUT)
+                raise MeasurementError(f"the receiver failed: {got['error']}{server.tail()}")
+            done = server.done(DONE_TIMEOUT)
+        finally:
+            server.close()
         wrong = None if done["errors"] else served.check(workload.file_size)
     finally:
         served.clean_up()
@@ -219,16 +282,17 @@ def measure(
         raise MeasurementError(wrong)
     if done["errors"]:
         raise MeasurementError(f"the row failed: {'; '.join(done['errors'])}")
-    responses = workload.responses
-    if done["responses"] != responses or done["file_bytes"] != responses * workload.file_size:
+    responses, file_bytes = workload.responses, workload.responses * workload.file_size
+    # A program that cannot count (nginx) leaves it to the receiver, which checked each head.
+    if done["responses"] is not None and (
+        done["responses"] != responses or done["file_bytes"] != file_bytes
+    ):
         raise MeasurementError(
             f"the server answered {done['responses']} of {responses} responses with "
-            f"{done['file_bytes']} file bytes, expected {responses * workload.file_size}"
+            f"{done['file_bytes']} file bytes, expected {file_bytes}"
         )
-    if got["bytes"] != responses * workload.response_size:
-        raise MeasurementError(
-            f"short transfer: received {got['bytes']} of {responses * workload.response_size} bytes"
-        )
+    if got["bytes"] != file_bytes:
+        raise MeasurementError(f"short transfer: received {got['bytes']} of {file_bytes} bytes")
     timed = workload.requests if workload.kind == "requests" else responses
     groups = got.get("groups", {})
     return Sample(
@@ -237,11 +301,11 @@ def measure(
         row=sender.name,
         run=run,
         elapsed_s=got["elapsed_ns"] / 1e9,
-        timed_bytes=timed * workload.response_size,
+        timed_bytes=timed * workload.file_size,
         timed_responses=timed,
         server_cpu_s=done["cpu_s"],
-        server_responses=done["responses"],
-        server_file_bytes=done["file_bytes"],
+        server_responses=responses,
+        server_file_bytes=file_bytes,
         rss_base=done["rss_base"],
         rss_peak=done["rss_peak"],
         receiver_cpu_s=got["cpu_s"],

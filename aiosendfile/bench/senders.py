@@ -41,8 +41,9 @@ Most rows only say how one response goes, and inherit serve():
 - `AsyncSender.respond(writer, file, size, header)`: an `asyncio.StreamWriter`
   from ``asyncio.start_server`` on the row's ``loop`` (``"asyncio"`` or ``"uvloop"``).
 
-Both return the file bytes sent; ``header`` is ``b""`` in stream workloads and
-the 100-byte response head in requests workloads, sent right before the file.
+Both return the file bytes sent; ``header`` is the 100-byte response head
+(`workloads.response_header`), sent right before the file (``b""`` in the lag
+workload, whose downloads have no head).
 
 The upload rows (`UploadRow`) say how one upload is received:
 ``receive(reader, writer, path, size)`` writes the connection's next ``size``
@@ -54,6 +55,11 @@ and keeps to the same protocol.  A row that needs another protocol (a real
 HTTP client, FTP commands) adds a mode to the receiver as well: the aiohttp
 rows (`AiohttpRow`) serve the http workloads with an aiohttp app
 (`aiosendfile.bench.webapp`), and the receiver speaks HTTP/1.1 to them.
+
+A row that is a program of its own and speaks the same protocol (nginx:
+`aiosendfile.bench.nginx`) overrides ``launch(job)``, which starts the server
+of one measurement (by default, a bench server process that calls
+``serve(ctx)``); the receiver measures it like any other row.
 
 The FTP rows (`aiosendfile.bench.ftp`) are other programs (FTP servers, and
 curl as the client) and are measured by ``ftp.measure()``: they register here
@@ -73,8 +79,8 @@ from typing import BinaryIO, ClassVar, TypeVar
 import aiosendfile
 from aiosendfile import _settings
 
-from . import serving
-from .workloads import Transport, Workload
+from . import blocking, runner, serving
+from .workloads import Job, Transport, Workload
 
 PLAIN_WORKLOADS = frozenset({"large", "small-4k", "small-64k", "concurrent"})
 WITH_LAG = PLAIN_WORKLOADS | {"lag"}
@@ -85,29 +91,32 @@ UPLOAD_ONLY = frozenset({"upload"})
 HTTP_ONLY = frozenset({"http-large", "http-64k"})
 FTP_ONLY = frozenset({"ftp-download", "ftp-upload"})
 CHUNK = 256 * 1024  # the buffered code's read size (aiohttp's FileResponse chunk)
-NO_EXTENSIONS = "AIOSENDFILE_NO_EXTENSIONS"  # forces aiosendfile's pure-Python core
+NO_EXTENSIONS = runner.NO_EXTENSIONS
 
-# The rows every other row of the same transport is compared with in the send
-# workloads' tables: the machine's limit, and what asyncio itself offers.
-REFERENCES: Mapping[Transport, tuple[str, str]] = {
-    "tcp": ("limit", "loop.sendfile"),
-    "tls": ("tls-thread", "tls-loop.sendfile"),
+# The rows every other row of the same transport is compared with, run for run, in
+# the send workloads' tables: the machine's limit (the first: the table's pace), what
+# asyncio itself offers, and nginx (where it is installed).
+REFERENCES: Mapping[Transport, tuple[str, ...]] = {
+    "tcp": ("limit", "loop.sendfile", "nginx"),
+    "tls": ("tls-thread", "tls-loop.sendfile", "tls-nginx"),
 }
-
-
-# The FTP tables compare every row with these, run for run.
-FTP_REFERENCES: Mapping[Transport, tuple[str, str]] = {
-    "tcp": ("pyftpdlib", "aioftp"),
+# The http tables: nginx, beside each row's own `baseline()`.
+HTTP_REFERENCES: Mapping[Transport, tuple[str, ...]] = {"tcp": ("nginx",), "tls": ("tls-nginx",)}
+# The FTP tables: the two Python FTP servers, and what a blocking loop does under curl.
+FTP_REFERENCES: Mapping[Transport, tuple[str, ...]] = {
+    "tcp": ("pyftpdlib", "aioftp", "blocking-pread-send"),
     "tls": ("tls-pyftpdlib", "tls-aioftp"),
 }
 
 
-def references(workload: Workload, transport: Transport) -> tuple[str, str] | None:
-    """The reference rows of a table; None for lag, upload and http, which have none
-    (their rows name a `baseline()` instead); the FTP servers it is compared with for ftp."""
+def references(workload: Workload, transport: Transport) -> tuple[str, ...] | None:
+    """The reference rows of a table; None for lag and upload, which have none (their
+    rows name a `baseline()` instead)."""
     if workload.kind == "ftp":
         return FTP_REFERENCES[transport]
-    if workload.http or workload.kind not in ("stream", "requests"):
+    if workload.http:
+        return HTTP_REFERENCES[transport]
+    if workload.kind not in ("stream", "requests"):
         return None
     return REFERENCES[transport]
 
@@ -137,6 +146,10 @@ class Sender(abc.ABC):
     def unavailable(self) -> str | None:
         """Why the row cannot run here beyond a missing module (`requires`), or None."""
         return None
+
+    def launch(self, job: Job) -> runner.Server:
+        """Starts the server of one measurement: a bench server process calling serve()."""
+        return runner.ServerProcess(job, self.env)
 
 
 class ThreadSender(Sender):
@@ -185,28 +198,49 @@ def register(cls: S) -> S:
 # --- plain TCP ---
 
 
+class KernelRow(Sender):
+    """A blocking socket in a thread per connection, sending by one of `blocking`'s loops."""
+
+    def serve(self, ctx: serving.Context) -> None:
+        send = self.strategy(ctx.workload)
+
+        def respond(conn: socket.socket, file: BinaryIO, size: int, header: bytes) -> int:
+            return send(conn, file.fileno(), 0, size, header)
+
+        serving.serve_threads(ctx, respond)
+
+    @abc.abstractmethod
+    def strategy(self, workload: Workload) -> blocking.Strategy:
+        """How each response of `workload` goes."""
+
+
 @register
-class Limit(ThreadSender):
+class Limit(KernelRow):
     name = "limit"
     title = (
-        "a blocking socket.sendfile() in a plain thread: what the kernel can do "
-        "(small files: send(header, MSG_MORE) + os.sendfile())"
+        "what the kernel can do, the fastest way measured here: a blocking os.sendfile() loop "
+        "in a plain thread; large files and concurrent downloads under TCP_CORK held for each "
+        "response (head + file, released at its end: faster than a cork around each 4 MiB "
+        "call, and than no cork), small files uncorked (send(head, MSG_MORE) + sendfile(): "
+        "the cork's two setsockopt() calls cost more than they save)"
     )
 
-    def respond(self, conn: socket.socket, file: BinaryIO, size: int, header: bytes) -> int:
-        if not header:
-            return conn.sendfile(file, 0, size)
-        # C-speed-ish per response: the header waits (MSG_MORE) to share a segment with the file.
-        view = memoryview(header)
-        while view:
-            view = view[conn.send(view, socket.MSG_MORE) :]
-        out, in_, sent = conn.fileno(), file.fileno(), 0
-        while sent < size:
-            n = os.sendfile(out, in_, sent, size - sent)
-            if n == 0:
-                break  # the file is shorter than `size`
-            sent += n
-        return sent
+    def strategy(self, workload: Workload) -> blocking.Strategy:
+        if workload.kind == "requests":
+            return blocking.sendfile_uncorked
+        return blocking.sendfile_corked
+
+
+@register
+class LimitUncorked(KernelRow):
+    name = "limit-uncorked"
+    title = (
+        "the same loop never corked: send(head, MSG_MORE) + os.sendfile() in 4 MiB calls, "
+        "with TCP_NODELAY as asyncio sets it (each call pushes its last partial segment out)"
+    )
+
+    def strategy(self, workload: Workload) -> blocking.Strategy:
+        return blocking.sendfile_uncorked
 
 
 class AiosendfileRow(AsyncSender):

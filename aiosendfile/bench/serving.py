@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import IO, Any, BinaryIO
 
 from . import measure
-from .workloads import PROBE_INTERVAL, REQUEST, Job, response_header
+from .workloads import PROBE_INTERVAL, Job, response_header
 
 # respond(connection, file, file_size, header) -> file bytes sent
 BlockingRespond = Callable[[socket.socket, BinaryIO, int, bytes], int]
@@ -171,26 +171,29 @@ def _serve_connection(ctx: Context, conn: socket.socket, respond: BlockingRespon
         if ctx.ssl is not None:
             conn = ctx.ssl.wrap_socket(conn, server_side=True)
         with conn:
+            request = ctx.workload.request
             if ctx.workload.kind == "stream":
-                ctx.count(respond(conn, ctx.file, ctx.workload.file_size, b""))
+                if not _read_request(conn, request):
+                    raise ConnectionError("EOF before the request")
+                ctx.count(respond(conn, ctx.file, ctx.workload.file_size, ctx.header))
                 return
-            while _read_request(conn):
+            while _read_request(conn, request):
                 ctx.count(respond(conn, ctx.file, ctx.workload.file_size, ctx.header))
     except Exception as exc:  # the row's failure is the measurement's result
         ctx.error(exc)
 
 
-def _read_request(conn: socket.socket) -> bool:
-    """Reads one REQUEST; False at EOF between requests (the receiver is done)."""
-    got = conn.recv(len(REQUEST))
-    while got and len(got) < len(REQUEST):
-        more = conn.recv(len(REQUEST) - len(got))
+def _read_request(conn: socket.socket, request: bytes) -> bool:
+    """Reads one `request`; False at EOF between requests (the receiver is done)."""
+    got = conn.recv(len(request))
+    while got and len(got) < len(request):
+        more = conn.recv(len(request) - len(got))
         if not more:
             break
         got += more
     if not got:
         return False
-    if got != REQUEST:
+    if got != request:
         raise ValueError(f"unexpected request {got!r}")
     return True
 
@@ -209,11 +212,13 @@ async def serve_asyncio(ctx: Context, respond: AsyncRespond, path_of: PathOf) ->
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if workload.kind == "stream":
+            if not await _next_request(reader, workload.request):
+                raise ConnectionError("EOF before the request")
             note_path(writer, ctx.file)
-            ctx.count(await respond(writer, ctx.file, workload.file_size, b""))
+            ctx.count(await respond(writer, ctx.file, workload.file_size, ctx.header))
         elif workload.kind == "requests":
             note_path(writer, ctx.file)
-            while await _next_request(reader):
+            while await _next_request(reader, workload.request):
                 ctx.count(await respond(writer, ctx.file, workload.file_size, ctx.header))
         elif workload.kind == "files":
             index = int(await reader.readline())
@@ -293,14 +298,14 @@ async def _probe(lags: list[float]) -> None:
         lags.append(max(0.0, time.perf_counter() - before - PROBE_INTERVAL))
 
 
-async def _next_request(reader: asyncio.StreamReader) -> bool:
+async def _next_request(reader: asyncio.StreamReader, request: bytes) -> bool:
     try:
-        got = await reader.readexactly(len(REQUEST))
+        got = await reader.readexactly(len(request))
     except asyncio.IncompleteReadError as exc:
         if exc.partial:
             raise
         return False  # EOF between requests: the receiver is done
-    if got != REQUEST:
+    if got != request:
         raise ValueError(f"unexpected request {got!r}")
     return True
 

@@ -6,35 +6,45 @@ server running one row (`aiosendfile.bench.server`) and the receiver
 and sends what the upload rows receive).  Both import it; nothing here does
 any I/O.
 
-The wire protocol, over TCP (or TLS) on 127.0.0.1:
+The wire protocol, over TCP (or TLS) on 127.0.0.1, is HTTP/1.1 wherever a row
+sends a file, so that one receiver serves every row of a table, nginx's
+included (a real HTTP server, which answers nothing else):
 
 - ``stream`` workloads (``large``, ``concurrent``): the receiver connects and
-  sends nothing; the server sends the file's ``file_size`` bytes and closes.
-  EOF ends the transfer.
+  sends `STREAM_REQUEST` (a GET with ``Connection: close``); the server reads
+  it, answers with a response head (``200``, ``Content-Length: file_size``)
+  and the file's ``file_size`` bytes, and closes.  The receiver reads the head
+  up to its blank line, checks the status and Content-Length, discards the
+  body, and expects EOF right after it.  The bench's own rows send
+  ``response_header(file_size)`` (`HEADER_SIZE` bytes) as their head; nginx
+  sends its own.
 - ``requests`` workloads (``small-4k``, ``small-64k``): the receiver sends
-  `REQUEST` (exactly those bytes); the server answers with
-  ``response_header(file_size)`` (exactly `HEADER_SIZE` bytes) followed by the
-  file's bytes; again and again on the same connection, until the receiver
-  closes it.
+  `REQUEST` (a keep-alive GET), reads one response, sends the next, again and
+  again on the same connection, until it closes it.  The first (warm-up)
+  response is read whole and checked (status, Content-Length, the body byte
+  for byte against the file); its head's size, whatever the server sends
+  (`HEADER_SIZE` bytes from the bench's rows, nginx's own head from nginx), is
+  taken as every later response's, and those are discarded by that exact count.
 - ``files`` workloads (``lag``): the receiver opens ``connections``
   connections at once and sends ``file_request(i)`` on the i-th; the server
-  answers with the whole of its file i (``file_size`` bytes) and closes.
+  answers with the whole of its file i (``file_size`` bytes, no head) and closes.
 - ``upload`` workloads (``upload``): the receiver connects and sends
   ``file_size`` bytes, `upload_block()` over and over, then shuts down its
   side; the server writes them to a file and closes.  That close ends the
   transfer: every byte is in the file (which the orchestrator then checks).
-- ``http`` workloads (``http-large``: a stream; ``http-64k``: requests): real
-  HTTP/1.1 with keep-alive, served by an aiohttp app.  The receiver sends
-  `REQUEST` (``GET /file``), one at a time on one connection; the server
-  answers with its own response head (status 200, ``Content-Length:
-  file_size``, whatever other headers it sends) and the file's bytes, and
-  keeps the connection open.  The receiver closes it after the last response
-  (one for a stream, ``warmup + requests`` for requests).  Only body bytes
-  count: the head is the server's and its size varies.
+- ``http`` workloads (``http-large``: a stream; ``http-64k``: requests): served
+  by web frameworks (an aiohttp app) and nginx, with keep-alive.  The receiver
+  sends `REQUEST`, one at a time on one connection; the server answers with its
+  own response head and the file's bytes, and keeps the connection open.  Each
+  head is read and checked.  The receiver closes the connection after the last
+  response (one for a stream, ``warmup + requests`` for requests).
 - ``ftp`` workloads (``ftp-download``, ``ftp-upload``): real FTP servers,
   programs of their own, against curl; they speak FTP, not this protocol, and
   are measured by `aiosendfile.bench.ftp`, not by the server and receiver
   processes.
+
+Everywhere, only file (body) bytes count: response heads differ from server
+to server and are not part of the figures.
 """
 
 from __future__ import annotations
@@ -48,8 +58,10 @@ from typing import Any, Literal, Self
 Kind = Literal["stream", "requests", "files", "upload", "ftp"]
 Transport = Literal["tcp", "tls"]
 
-REQUEST = b"GET /file HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"  # also a real HTTP/1.1 request
-HTTP_PATH = "/file"  # what REQUEST asks for: the http workloads' one route
+REQUEST = b"GET /file HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"  # a keep-alive HTTP/1.1 GET
+# A stream's one request: the server closes after its response, and EOF is the end.
+STREAM_REQUEST = b"GET /file HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+HTTP_PATH = "/file"  # what both requests ask for: the one route of every HTTP server
 HEADER_SIZE = 100  # the issue's "100-byte header": an HTTP/1.1 response head, padded
 UPLOAD_BLOCK = 4 << 20  # the upload's bytes repeat with this period
 PROBE_INTERVAL = 0.001  # seconds the lag probe sleeps; how late it wakes is the lag
@@ -97,6 +109,10 @@ class Workload:
     # On a VM, waking a process on another core costs far more than answering one
     # small request: server and receiver share one core, so the numbers measure the sender.
     pinned: bool = False
+    # Server and receiver each on a core of its own, as across a network: the kernel's
+    # fastest way to send then depends on no scheduler's choice (it differs between
+    # sharing a core and not).
+    apart: bool = False
     # files workloads: the first `cold` files are evicted from the page cache before
     # each measurement, the others read into it.
     cold: int = 0
@@ -104,8 +120,8 @@ class Workload:
     probe: bool = False
     # Seconds the slow FUSE disk sleeps per read of a cold file; 0: the machine's own disk.
     read_delay: float = 0.0
-    # Real HTTP/1.1 through an aiohttp app (a stream or requests workload): the
-    # receiver parses each response head; only body bytes are counted.
+    # Served by web frameworks and nginx over keep-alive HTTP/1.1 (a stream or requests
+    # workload): the receiver parses each response head.
     http: bool = False
 
     @property
@@ -113,11 +129,9 @@ class Workload:
         return "responses/s" if self.kind == "requests" else "MB/s"
 
     @property
-    def response_size(self) -> int:
-        """Bytes on the wire per response or transfer."""
-        if self.http:
-            return self.file_size  # the body; the server's head is not counted
-        return self.file_size + (HEADER_SIZE if self.kind == "requests" else 0)
+    def request(self) -> bytes:
+        """What the receiver sends for each response (files workloads: file_request())."""
+        return STREAM_REQUEST if self.kind == "stream" and not self.http else REQUEST
 
     @property
     def responses(self) -> int:
@@ -130,6 +144,31 @@ class Workload:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Workload:
         return cls(**data)
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """The cores a measurement's two processes run on, where its workload pins them."""
+
+    server: int  # the server's core; the receiver's too where they share one (`pinned`)
+    other: int | None  # the receiver's core for `apart` workloads; None: there is no other
+
+    def cpus(self, workload: Workload) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+        """(the server's cores, the receiver's cores) for `workload`; None: any."""
+        if workload.pinned:
+            return (self.server,), (self.server,)
+        if workload.apart and self.other is not None:
+            return (self.server,), (self.other,)
+        return None, None
+
+    def describe(self, workload: Workload) -> str:
+        """ ", server on CPU 1, receiver on CPU 0" for a title; "" where nothing is pinned."""
+        server, receiver = self.cpus(workload)
+        if server is None or receiver is None:
+            return ""
+        if server == receiver:
+            return f", server and receiver on CPU {server[0]}"
+        return f", server on CPU {server[0]}, receiver on CPU {receiver[0]}"
 
 
 class _Message:
