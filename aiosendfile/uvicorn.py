@@ -434,6 +434,7 @@ def _httptools_protocol() -> type[asyncio.Protocol]:
             self.app = _FileServing(self.app, _HttpToolsFraming(), self.extensions)
 
     HttpToolsProtocol.__module__ = __name__
+    HttpToolsProtocol.__qualname__ = "HttpToolsProtocol"
     return HttpToolsProtocol
 
 

@@ -165,3 +165,33 @@ async def _pipelined(port: int, requests: bytes, count: int) -> list[tuple[bytes
             return [read_response(sock, buffered) for _ in range(count)]
 
     return await asyncio.get_running_loop().run_in_executor(None, run)
+
+
+def test_uvicorn_internals_are_checked_at_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An older uvicorn, or one whose internals moved, is refused by name at import."""
+    import types
+
+    import uvicorn
+    from uvicorn.protocols.http import h11_impl
+
+    from aiosendfile import uvicorn as ours
+
+    ours._check_uvicorn(h11_impl, "H11Protocol", ("transport", "conn"))  # this one: fine
+    monkeypatch.setattr(uvicorn, "__version__", "0.35.0")
+    with pytest.raises(ImportError, match=r"uvicorn 0\.36 or later"):
+        ours._check_uvicorn(h11_impl, "H11Protocol", ())
+    monkeypatch.undo()
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.transport = None
+
+        async def run_asgi(self, app: object) -> None:
+            return None
+
+    moved = types.SimpleNamespace(RequestResponseCycle=Cycle, H11Protocol=Cycle)
+    with pytest.raises(ImportError) as raised:
+        ours._check_uvicorn(moved, "H11Protocol", ("transport", "conn"))  # type: ignore[arg-type]
+    message = str(raised.value)
+    assert "RequestResponseCycle.conn" in message and "self.app" in message, message
+    assert "handing the app self.send" in message and "transport" not in message.split(":")[1]

@@ -1,10 +1,12 @@
-"""uvicorn's command line and gunicorn's worker with aiosendfile's protocols and loops.
+"""uvicorn's command line, gunicorn's worker and examples/fastapi_app.py, with aiosendfile's
+protocols and loops.
 
 A real server process serves make_app() below: `python -m uvicorn --http
 aiosendfile.uvicorn:... --loop aiosendfile.loops:...` under strace (the kernel's
 own record that the file bodies left by sendfile(2): a 1 GiB file, a small one by
 the quick route, ServeStatic's zerocopysend with a Range), and gunicorn with
-`--worker-class aiosendfile.worker.UvicornWorker`.  curl is the client.
+`--worker-class aiosendfile.worker.UvicornWorker`; the FastAPI example runs as a
+user runs it (uvicorn.run(app, http=...)).  curl is the client.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .subprocesses import env_importing_this_package
 
 ROOT = "AIOSENDFILE_TEST_ROOT"  # the environment variable naming the served directory
 TESTS_PARENT = Path(__file__).resolve().parent.parent  # where `tests` is importable from
+EXAMPLE = TESTS_PARENT / "examples" / "fastapi_app.py"
 GiB = 1 << 30
 SIZES = {"huge.bin": GiB, "mid.bin": 3 * 1024 * 1024 + 7, "k64.bin": 64 * 1024}
 START_TIMEOUT = 20  # seconds for a server to listen
@@ -44,7 +47,9 @@ def _require(*modules: str) -> None:
         pytest.skip(f"not installed: {', '.join(missing)}", allow_module_level=True)
 
 
-_require("uvicorn", "httptools", "starlette", "servestatic", "gunicorn", "uvicorn_worker")
+_require(
+    "uvicorn", "httptools", "starlette", "fastapi", "servestatic", "gunicorn", "uvicorn_worker"
+)
 
 
 def make_app() -> Any:
@@ -53,7 +58,7 @@ def make_app() -> Any:
     extensions and the process id."""
     import asyncio
 
-    from servestatic import ServeStaticASGI
+    from servestatic import ServeStaticASGI  # type: ignore[import-untyped]
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import FileResponse, JSONResponse
@@ -102,8 +107,9 @@ def _environment(root: Path) -> dict[str, str]:
 @contextlib.contextmanager
 def running(argv: list[str], env: dict[str, str], log: Path, stop_server: bool) -> Iterator[str]:
     """Runs `argv`; yields the base URL from the line the server logs once it listens.
-    Then SIGTERM: to the server (its pid from /loop) if `stop_server`, else to the
-    process started (gunicorn's arbiter); it must shut down cleanly."""
+    Then SIGTERM: to the server (its pid from /loop: strace's child) if `stop_server`,
+    else to the process started (gunicorn's arbiter, the example); it must shut down
+    cleanly."""
     with log.open("wb") as out:
         process = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -257,3 +263,22 @@ def test_gunicorn_worker(
     text = log.read_text()
     assert f"Using worker: aiosendfile.worker.{worker}" in text, text
     assert "Traceback" not in text and "[ERROR]" not in text, text
+
+
+def test_fastapi_example(tmp_path: Path, curl_path: str) -> None:
+    """examples/fastapi_app.py as a user runs it, in the directory it serves."""
+    if not EXAMPLE.is_file():
+        pytest.skip("examples/ is not beside the tests (the tests of an installed package)")
+    report, data = os.urandom(300_001), os.urandom(70_000)
+    (tmp_path / "report.pdf").write_bytes(report)
+    (tmp_path / "data.bin").write_bytes(data)
+    env = _environment(tmp_path)
+    log = tmp_path / "server.log"
+    with running([sys.executable, str(EXAMPLE), "0"], env, log, stop_server=False) as base:
+        assert curl(base + "/report") == report
+        assert curl(base + "/static/data.bin") == data
+        assert curl(base + "/static/data.bin", "--range", "10-19") == data[10:20]
+        head = curl(base + "/report", "--dump-header", "-", "--output", os.devnull).decode()
+        assert "content-type: application/pdf" in head and "content-length: 300001" in head
+    text = log.read_text()
+    assert "Traceback" not in text and "ERROR" not in text, text

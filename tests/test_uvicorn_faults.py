@@ -20,6 +20,7 @@ import socket
 import struct
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import trustme
@@ -40,6 +41,7 @@ from .uvicorn_stack import (
     tls_client,
 )
 
+T = TypeVar("T")
 MiB = 1024 * 1024
 BIG = 32 * MiB  # more than loopback's socket buffers hold, several times over
 
@@ -62,7 +64,7 @@ def port_of(base: str) -> int:
     return int(base.rsplit(":", 1)[1])
 
 
-async def in_thread(work: Callable[[], object]) -> object:
+async def in_thread(work: Callable[[], T]) -> T:
     return await asyncio.get_running_loop().run_in_executor(None, work)
 
 
@@ -148,7 +150,7 @@ async def test_file_shrinking_while_sent_closes_the_connection(
 
     _, ours = protocols(http)
     async with serving(starlette_app(root), ours) as base:
-        got, _ = await in_thread(lambda: read_while_cut(port_of(base)))  # type: ignore[misc]
+        got, _ = await in_thread(lambda: read_while_cut(port_of(base)))
     head, _, body = got.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 ") and f"content-length: {BIG}".encode() in head
     assert len(body) <= cut < BIG
@@ -178,9 +180,9 @@ async def test_file_replaced_after_the_start(
     async with serving(app, ours) as base:
         held = await in_thread(lambda: raw_get(port_of(base), "/held"))
         out = await in_thread(lambda: raw_get(port_of(base), "/yield"))
-    head, body, _ = held  # type: ignore[misc]
+    head, body, _ = held
     assert head.startswith(b"HTTP/1.1 500 ") and body == b"Internal Server Error"
-    head, body, _ = out  # type: ignore[misc]
+    head, body, _ = out
     assert head.startswith(b"HTTP/1.1 200 ") and b"content-length: 12" in head
     assert body == b""
     found = errors(caplog)
@@ -241,7 +243,7 @@ async def test_app_errors(
             await send({"type": "http.response.pathsend", "path": str(tmp_path / "nothing")})
 
     async with serving(app, PathsendOnly) as base:
-        head, body, _ = await in_thread(lambda: raw_get(port_of(base), route))  # type: ignore[misc]
+        head, body, _ = await in_thread(lambda: raw_get(port_of(base), route))
     assert head.startswith(b"HTTP/1.1 %d " % status), head
     assert body == sent
     assert extensions == [["http.response.pathsend"]]
@@ -301,7 +303,7 @@ async def test_stalled_reader_holds_neither_loop_nor_others(
             async with httpx.AsyncClient(verify=client_tls) as client:
                 small = await client.get(base + "/file/small.bin")
             resume.set()
-            head, whole = await asyncio.wait_for(reader, 30)  # type: ignore[misc]
+            head, whole = await asyncio.wait_for(reader, 30)
         finally:
             stall = await ticker.stop()
     assert small.content == b"small"

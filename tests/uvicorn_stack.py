@@ -38,7 +38,7 @@ def require(*modules: str) -> None:
 
 require("uvicorn", "httptools", "h11", "starlette", "fastapi", "servestatic", "httpx")
 
-import httpx  # noqa: E402
+import httpx as httpx  # noqa: E402  # the test modules' client, imported once this is here
 import uvicorn  # noqa: E402
 from uvicorn.protocols.http.h11_impl import H11Protocol as StockH11  # noqa: E402
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as StockHttpTools  # noqa: E402
@@ -117,7 +117,7 @@ def fastapi_app(root: Path) -> Any:
 
 def servestatic_app(root: Path) -> Any:
     """/static: ServeStaticASGI (zerocopysend, Range included, where advertised)."""
-    from servestatic import ServeStaticASGI
+    from servestatic import ServeStaticASGI  # type: ignore[import-untyped]
 
     return ServeStaticASGI(None, root=str(root), prefix="static/")
 
