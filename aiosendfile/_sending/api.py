@@ -174,21 +174,33 @@ async def _send(
     fallback: bool,
     progress: Progress | None,
 ) -> int:
-    """The general path, for arguments already checked (count None past any file's end)."""
+    """The general path, for arguments already checked (count None past any file's end).
+
+    A file given open is checked before the send takes its turn.  A path is opened
+    by a worker meanwhile, and checked once open; writes are refused and the turn
+    taken from the call on all the same, so sends still run in call order.
+    """
     flow = Flow.of(writer)
-    source = start_file_argument(file, "read", Source)
-    if not isinstance(source, Source):  # a path a worker opens
-        return await _send_opening(
-            flow, source, offset, count, header, trailer, fallback, progress
-        )  # fmt: skip
+    transport = flow.transport
+    opened = start_file_argument(file, "read", Source)
+    source: Source | None = None
+    opening: asyncio.Future[Source] | None = None
+    if isinstance(opened, Source):
+        source = opened
+    else:
+        opening = opened
     try:
-        transport = flow.transport
-        choice = _prepare(flow, source, offset, fallback)
+        if source is not None:
+            choice = _prepare(flow, source, offset, fallback)
         hold_writes(transport, flow.stream_writer)
         try:
             if not claim_turn(transport):  # the uncontended case costs no await
                 await take_turn(transport)
             try:
+                if opening is not None:
+                    source = await opening
+                    choice = _prepare(flow, source, offset, fallback)
+                assert source is not None  # given open, or opened by now
                 transfer = await _send_in_turn(
                     flow, source, choice, offset, count, header, trailer, fallback, progress
                 )  # fmt: skip
@@ -196,46 +208,13 @@ async def _send(
                 end_turn(transport)
         finally:
             release_writes(transport)
-        transfer.report_end()
-        return transfer.sent
+    except BaseException:
+        if opening is not None:
+            opening.cancel()  # not opened yet: the queue closes what it opens
+        raise
     finally:
-        source.close()
-
-
-async def _send_opening(
-    flow: Flow,
-    opening: asyncio.Future[Source],
-    offset: int,
-    count: int | None,
-    header: bytes,
-    trailer: bytes,
-    fallback: bool,
-    progress: Progress | None,
-) -> int:
-    """_send() of a path a worker is opening: writes are refused and the turn taken
-    from the call on, as for any send, so sends still run in call order."""
-    transport = flow.transport
-    hold_writes(transport, flow.stream_writer)
-    try:
-        try:
-            if not claim_turn(transport):
-                await take_turn(transport)
-        except BaseException:
-            opening.cancel()  # a file the worker opens anyway is closed by the queue
-            raise
-        try:
-            source = await opening
-            try:
-                choice = _prepare(flow, source, offset, fallback)
-                transfer = await _send_in_turn(
-                    flow, source, choice, offset, count, header, trailer, fallback, progress
-                )  # fmt: skip
-            finally:
-                await close_file_argument(source)
-        finally:
-            end_turn(transport)
-    finally:
-        release_writes(transport)
+        if source is not None:
+            await close_file_argument(source)
     transfer.report_end()
     return transfer.sent
 
