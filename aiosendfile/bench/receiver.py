@@ -476,6 +476,8 @@ def requests(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None) -> Re
     workload = fetch.workload
     size = workload.file_size
     request = workload.request
+    if workload.warmup < 1:
+        raise ValueError("a requests workload needs a warm-up response: the checked one")
     with _http(fetch, buffer, tls) as (conn, _):
         conn.send(request)
         head = _http_response(conn, size, _expected(fetch.file, size, size))

@@ -14,7 +14,7 @@ file, the TLS context) and calls the row's `serve(ctx)`.  Class attributes:
     One line for the legend: what the row does.
 ``transport``
     ``"tcp"`` or ``"tls"``.  It picks the receiver (kernel discard, or real
-    decryption) and the rows it is compared with (`REFERENCES`).
+    decryption) and the rows it is compared with (`references()`).
 ``workloads``
     Names of the workloads the row serves (`workloads.Workload.name`).
 ``requires``
@@ -25,8 +25,8 @@ file, the TLS context) and calls the row's `serve(ctx)`.  Class attributes:
 ``prepare()`` runs in the server process before ``serve()``: engine settings
 (`aiosendfile._settings`) and the like.  ``baseline()`` names the row whose
 figures this row's "x usual" columns divide by, run for run (the upload rows:
-the read-and-write loop on the same event loop); None where the table compares
-with its `REFERENCES` instead.
+the read-and-write loop on the same event loop; the aiohttp rows: aiohttp's own
+FileResponse); None where the table compares with its `references()` only.
 
 ``serve(ctx)`` serves ``ctx.job`` in the server process: it calls
 ``ctx.ready()`` exactly once, when it accepts connections (the measurement of
@@ -49,12 +49,10 @@ The upload rows (`UploadRow`) say how one upload is received:
 ``receive(reader, writer, path, size)`` writes the connection's next ``size``
 bytes to the file at ``path`` and returns how many it wrote.
 
-A row with a server of its own (aiohttp's ``FileResponse``, an FTP server)
-overrides ``serve(ctx)``: it serves on ``ctx.listener`` (``ctx.ssl`` for TLS)
-and keeps to the same protocol.  A row that needs another protocol (a real
-HTTP client, FTP commands) adds a mode to the receiver as well: the aiohttp
-rows (`AiohttpRow`) serve the http workloads with an aiohttp app
-(`aiosendfile.bench.webapp`), and the receiver speaks HTTP/1.1 to them.
+A row with a server of its own (aiohttp's ``FileResponse``) overrides
+``serve(ctx)``: it serves on ``ctx.listener`` (``ctx.ssl`` for TLS) and keeps
+to the same protocol, HTTP/1.1: the aiohttp rows (`AiohttpRow`) serve the http
+workloads with an aiohttp app (`aiosendfile.bench.webapp`).
 
 A row that is a program of its own and speaks the same protocol (nginx:
 `aiosendfile.bench.nginx`) overrides ``launch(job)``, which starts the server
