@@ -42,9 +42,3 @@ def blind() -> None:
     ENGINE.loop_budget = ENGINE.min_share = 8 * MiB
     ENGINE.check_cache = False
 
-
-def reset() -> None:
-    """Back to the defaults."""
-    defaults = EngineSettings()
-    for field in dataclasses.fields(EngineSettings):
-        setattr(ENGINE, field.name, getattr(defaults, field.name))

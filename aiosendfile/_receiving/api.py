@@ -9,8 +9,8 @@ from .. import _core
 from .._errors import IncompleteReceiveError, transport_closing
 from .._files import close_file_argument, start_file_argument
 from .._progress import Progress
-from .._serial import end_turn, take_turn
 from .._transports import PathChoice, zero_copy_refusal
+from .._turns import end_turn, take_turn
 from .._types import Reader, ReceiveWriter, TargetFile
 from .buffered import receive_buffered
 from .reading import ReadSide, read_side

@@ -16,8 +16,8 @@ from .._files import (
     start_file_argument,
 )
 from .._progress import Progress
-from .._serial import claim_turn, end_turn, take_turn
 from .._transports import PathChoice, zero_copy_refusal
+from .._turns import claim_turn, end_turn, take_turn
 from .._types import Buffers, SourceFile, Writer
 from .buffered import send_buffered
 from .flow import Flow

@@ -23,7 +23,7 @@ import io
 import logging
 from typing import Any, NamedTuple
 
-from .. import _core, _serial
+from .. import _core, _turns
 from .._settings import DEFAULT_MIN_SHARE
 from .._transports import LOOP_MODULES, PathChoice, is_tls
 from .flow import STREAM_TRANSPORT_TYPES, is_stream_transport
@@ -115,9 +115,9 @@ def quick_route_open(transport: Any, file: Any, source: Source) -> bool:
         return False  # the kernel cannot tell: the general path reads it in first
 
 
-# Transports with a send running or waiting (_serial's own table): a set lookup,
+# Transports with a send running or waiting (_turns.s own table): a set lookup,
 # not a call, on the route where every call counts.
-_sending_on = _serial.holders()
+_sending_on = _turns.holders()
 
 # The last transport the quick route sent on, and its socket's descriptor: a
 # response after another on the same connection skips get_extra_info("socket"),
@@ -158,6 +158,6 @@ def _idle_socket(transport: Any) -> Any:
     running; None otherwise."""
     if type(transport) not in _PLAIN_STREAM_TYPES and not _plain_stream(transport):
         return None
-    if transport.is_closing() or transport.get_write_buffer_size() or _serial.busy(transport):
+    if transport.is_closing() or transport.get_write_buffer_size() or _turns.busy(transport):
         return None
     return transport.get_extra_info("socket")

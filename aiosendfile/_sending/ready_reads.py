@@ -7,9 +7,6 @@ import os
 import select
 import stat
 
-# POLLHUP: the writer left, and the read that follows returns what is left, then b"".
-_READY = select.POLLIN | select.POLLHUP | select.POLLERR
-
 
 class ReadyReads:
     """Reads of one descriptor, each done on the loop once the descriptor is readable.
