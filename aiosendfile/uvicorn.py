@@ -26,15 +26,20 @@ of the wrong length.  A client that goes away ends the send quietly, as uvicorn
 does for its own writes; `receive()` then says `http.disconnect`.
 
 This is the only module that imports uvicorn.  The uvicorn internals it relies
-on, the same from uvicorn 0.36 to 0.54 (and checked at import, see
-`_check_uvicorn`):
+on, all of them, the same from uvicorn 0.36 to 0.54 (`_check_uvicorn` looks for
+them at import and names what it misses):
 - the protocol's `__init__` keeps the app it runs for each request in `self.app`;
 - `RequestResponseCycle.run_asgi()` calls `app(scope, receive, self.send)`: the
-  `send` an app gets is the bound method of the request's cycle;
-- a cycle's attributes, as `_Cycle` lists them (and httptools' `chunked_encoding`
-  and `expected_content_length`, h11's `conn`, the h11.Connection), and its
-  `send()` writing the head through `self.transport.write()` without waiting when
-  `flow.write_paused` is false.
+  `send` an app gets is a bound method, whose `__self__` is the request's cycle;
+- a cycle's attributes (`_Cycle`): `scope`, `flow` (uvicorn's FlowControl:
+  `write_paused`, `drain()`), `response_started`, `response_complete` and
+  `disconnected` read; `transport` replaced while uvicorn renders a head, and
+  `disconnected` set once the connection is given up;
+- httptools' cycle: `chunked_encoding` read, `expected_content_length` read and
+  counted down; h11's: `conn`, the h11.Connection (its public
+  send_with_data_passthrough());
+- `send()` of an `http.response.start` writes the head with one or more
+  `self.transport.write()` calls and no wait while `flow.write_paused` is false.
 """
 
 from __future__ import annotations
@@ -180,13 +185,12 @@ class _HeldWrites:
 class _FileServing:
     """The app a protocol runs, wrapped: the file extensions advertised and served."""
 
-    __slots__ = ("advertised", "app", "framing", "loop")
+    __slots__ = ("advertised", "app", "framing")
 
     def __init__(self, app: App, framing: _Framing, advertised: tuple[str, ...]) -> None:
         self.app = app
         self.framing = framing
         self.advertised = frozenset(advertised)
-        self.loop = asyncio.get_running_loop()  # the protocol is made by the loop it serves
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         extensions = scope.get("extensions")
@@ -245,7 +249,7 @@ class _Response:
             cycle.transport = transport
         if held.data:
             self.head = self.rendered = b"".join(held.data)
-            self.serving.loop.call_soon(self.write_head)
+            asyncio.get_running_loop().call_soon(self.write_head)
 
     def write_head(self) -> None:
         head, self.head = self.head, None
