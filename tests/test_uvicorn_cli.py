@@ -6,7 +6,8 @@ aiosendfile.uvicorn:... --loop aiosendfile.loops:...` under strace (the kernel's
 own record that the file bodies left by sendfile(2): a 1 GiB file, a small one by
 the quick route, ServeStatic's zerocopysend with a Range), and gunicorn with
 `--worker-class aiosendfile.worker.UvicornWorker`; the FastAPI example runs as a
-user runs it (uvicorn.run(app, http=...)).  curl is the client.
+user runs it (uvicorn.run(app, http=...)).  curl is the client.  The bench's asgi
+workloads run once, small, with uvicorn's rows.
 """
 
 from __future__ import annotations
@@ -282,3 +283,32 @@ def test_fastapi_example(tmp_path: Path, curl_path: str) -> None:
         assert "content-type: application/pdf" in head and "content-length: 300001" in head
     text = log.read_text()
     assert "Traceback" not in text and "ERROR" not in text, text
+
+
+def test_bench_asgi_workloads(tmp_path: Path) -> None:
+    """python -m aiosendfile bench --workloads asgi: every uvicorn row serves both
+    workloads, and ours are compared run for run with uvicorn's own protocol."""
+    rows = ["uvicorn-uvloop", "uvicorn-aiosendfile-uvloop", "tls-uvicorn-aiosendfile-asyncio"]
+    out = tmp_path / "asgi.json"
+    argv = [sys.executable, "-m", "aiosendfile", "bench", "--workloads", "asgi", "--size", "2M"]
+    argv += ["--requests", "20", "--runs", "1", "--no-progress", "--json", str(out)]
+    argv += ["--only", ",".join([*rows, "tls-uvicorn-asyncio"])]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env=env_importing_this_package(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(out.read_text())
+    assert report["failures"] == []
+    measured = {
+        (section["workload"]["name"], row["row"]): row
+        for section in report["sections"]
+        for row in section["rows"]
+    }
+    for workload in ("asgi-large", "asgi-64k"):
+        for name in rows:
+            assert measured[workload, name]["median"] > 0
+        ours = measured[workload, "uvicorn-aiosendfile-uvloop"]
+        assert ours["baseline"] == "uvicorn-uvloop" and ours["vs_baseline"] > 0
+        assert measured[workload, "tls-uvicorn-aiosendfile-asyncio"]["vs_baseline"] > 0
+    assert "| row | MB/s |" in done.stdout and "x uvicorn" in done.stdout

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import files, ftp, nginx, report, runner, senders, targets
+from . import asgi, files, ftp, nginx, report, runner, senders, targets
 from .files import Served
 from .progress import Progress
 from .results import Failure, Sample, Section, summarize
@@ -70,10 +70,11 @@ WORKLOAD_NAMES = (
 )
 # Run only when named (--workloads ftp): they need curl, pyftpdlib, aioftp and
 # examples/ftp_server.py (a checkout's, or --ftp-server).
-OPT_IN_WORKLOADS = ("ftp-download", "ftp-upload")
+# --workloads asgi: Starlette on uvicorn and granian (uvicorn, starlette, granian).
+OPT_IN_WORKLOADS = ("ftp-download", "ftp-upload", *asgi.WORKLOADS)
 ALL_WORKLOADS = WORKLOAD_NAMES + OPT_IN_WORKLOADS
 # --workloads shorthands: small is both small-file workloads, http both HTTP ones, ftp both FTP.
-WORKLOAD_ALIASES = {"small": "small-*", "http": "http-*", "ftp": "ftp-*"}
+WORKLOAD_ALIASES = {"small": "small-*", "http": "http-*", "ftp": "ftp-*", "asgi": "asgi-*"}
 
 
 class UsageError(Exception):
@@ -279,6 +280,7 @@ def select_workloads(args: argparse.Namespace) -> list[Workload]:
         workloads[name] = Workload(
             name, "requests", size, requests=args.requests, warmup=warmup, pinned=True
         )
+    workloads.update(asgi.workloads(workloads))  # shaped as the http ones
     return [workloads[name] for name in names]
 
 

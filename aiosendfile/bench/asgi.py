@@ -1,0 +1,369 @@
+"""The asgi workloads: one Starlette app on uvicorn (its protocol and ours) and granian.
+
+``asgi-large`` (the ``--size`` file, one GET) and ``asgi-64k`` (64 KiB files, GET
+after GET on one keep-alive connection) are shaped as the http workloads, and the
+receiver measures them the same way.  The app (`app`, made when a server imports
+it) has one route: ``GET /file`` returns ``starlette.responses.FileResponse`` of
+the job's file (``$AIOSENDFILE_BENCH_FILE``).  Starlette stats the file in a
+thread, then sends ``http.response.pathsend`` where the server advertises it
+(aiosendfile.uvicorn, granian), or reads the file in 64 KiB chunks in threads
+(uvicorn's own protocols).
+
+The rows, each started as its users start it, a program of its own:
+
+- ``uvicorn-uvloop``, ``uvicorn-asyncio``: ``python -m uvicorn --http httptools
+  --loop uvloop`` (or ``asyncio``), uvicorn as installed;
+- ``uvicorn-aiosendfile-uvloop``, ``uvicorn-aiosendfile-asyncio``: the same with
+  ``--http aiosendfile.uvicorn:HttpToolsProtocol``, compared run for run with the
+  row above on the same loop;
+- ``granian``: ``python -m granian --interface asgi --workers 1 --loop uvloop``,
+  its defaults otherwise (one runtime thread), compared with ``uvicorn-uvloop``;
+- ``tls-`` each of them over TLS (uvicorn's ``--ssl-certfile``/``--ssl-keyfile``;
+  granian's ``--ssl-certificate``/``--ssl-keyfile``, its key as PKCS#8, the only
+  form it reads).
+
+Each measurement starts the row's server on a free port of 127.0.0.1 (a new one
+if another process took it meanwhile), in a session of its own, on the job's core
+where the workload pins one, and waits for the line it logs once it serves.
+Server CPU is the CPU clock of its processes (granian's worker included) from
+then to the end, peak RSS their VmHWM.  The servers do not count their responses:
+the receiver's counts stand (it checks every head and the first body).  Lines they
+log at ERROR are the measurement's errors.  SIGTERM stops a server, SIGKILL to its
+session whatever is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from . import serving
+from .measure import cpu_seconds_of, memory_of, reset_peak_rss
+from .runner import NO_EXTENSIONS, MeasurementError, Server, child_environment
+from .senders import Sender, register
+from .workloads import HTTP_PATH, Job, Workload
+
+FILE_VARIABLE = "AIOSENDFILE_BENCH_FILE"  # the file the app's one route answers with
+WORKLOADS = ("asgi-large", "asgi-64k")
+ASGI_ONLY = frozenset(WORKLOADS)
+STOP_TIMEOUT = 5.0  # seconds for a server to stop after SIGTERM
+POLL = 0.01  # seconds between looks at a starting server
+PORT_TRIES = 3  # a free port can be taken between finding it and the server binding it
+_ERRORS = re.compile(r"^(?:ERROR:|\[ERROR\]).*$", re.MULTILINE)
+
+
+def workloads(http: Mapping[str, Workload]) -> dict[str, Workload]:
+    """The asgi workloads, shaped as the http ones (`http`: the http workloads by name)."""
+    return {
+        name: dataclasses.replace(http[name.replace("asgi", "http")], name=name)
+        for name in WORKLOADS
+    }
+
+
+def __getattr__(name: str) -> Any:
+    # The app is made in the server that imports it: the bench itself needs no Starlette.
+    if name == "app":
+        from starlette.applications import Starlette
+        from starlette.requests import Request
+        from starlette.responses import FileResponse
+        from starlette.routing import Route
+
+        path = os.environ[FILE_VARIABLE]
+
+        async def file(request: Request) -> FileResponse:
+            return FileResponse(path)
+
+        made = globals()["app"] = Starlette(routes=[Route(HTTP_PATH, file)])
+        return made
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class AsgiRow(Sender):
+    """An ASGI server program serving `app`; `command()` says how it is started."""
+
+    workloads = ASGI_ONLY
+    ready_line: ClassVar[str]  # what the server logs once it serves (a regular expression)
+
+    def serve(self, ctx: serving.Context) -> None:
+        raise TypeError(f"{self.name} is a program of its own: launch() starts it")
+
+    def launch(self, job: Job) -> Server:
+        return AsgiServer(self, job)
+
+    def command(self, port: int, tls: tuple[str, str] | None) -> list[str]:
+        """The server's argv, listening on 127.0.0.1:`port`; `tls`: (chain, key) PEM files."""
+        raise NotImplementedError
+
+
+class UvicornRow(AsgiRow):
+    requires: ClassVar[tuple[str, ...]] = ("uvicorn", "httptools", "starlette")
+    ready_line = r"Uvicorn running on "
+    loop: ClassVar[str] = "uvloop"
+    http: ClassVar[str] = "httptools"
+
+    def command(self, port: int, tls: tuple[str, str] | None) -> list[str]:
+        argv = [sys.executable, "-m", "uvicorn", f"{__name__}:app", "--host", "127.0.0.1"]
+        argv += ["--port", str(port), "--http", self.http, "--loop", self.loop]
+        argv += ["--lifespan", "off", "--no-access-log", "--log-level", "info"]
+        return argv + (["--ssl-certfile", tls[0], "--ssl-keyfile", tls[1]] if tls else [])
+
+
+class OursRow(UvicornRow):
+    http = "aiosendfile.uvicorn:HttpToolsProtocol"
+
+    def baseline(self) -> str | None:
+        """uvicorn's own protocol on the same loop, over the same transport."""
+        return f"{'tls-' if self.transport == 'tls' else ''}uvicorn-{self.loop}"
+
+
+class GranianRow(AsgiRow):
+    requires: ClassVar[tuple[str, ...]] = ("granian", "starlette")
+    ready_line = r"Started worker-1\b"
+
+    def command(self, port: int, tls: tuple[str, str] | None) -> list[str]:
+        argv = [sys.executable, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1"]
+        argv += ["--port", str(port), "--workers", "1", "--no-ws", "--loop", "uvloop"]
+        argv += ["--log-level", "info", f"{__name__}:app"]
+        return argv + (["--ssl-certificate", tls[0], "--ssl-keyfile", tls[1]] if tls else [])
+
+    def baseline(self) -> str | None:
+        return f"{'tls-' if self.transport == 'tls' else ''}uvicorn-uvloop"
+
+
+@register
+class UvicornUvloop(UvicornRow):
+    name = "uvicorn-uvloop"
+    title = "Starlette's FileResponse on uvicorn as installed (httptools, uvloop): 64 KiB reads"
+    requires = (*UvicornRow.requires, "uvloop")
+
+
+@register
+class UvicornAsyncio(UvicornRow):
+    name = "uvicorn-asyncio"
+    title = "the same on uvicorn's asyncio loop (--loop asyncio)"
+    loop = "asyncio"
+
+
+@register
+class OursUvloop(OursRow):
+    name = "uvicorn-aiosendfile-uvloop"
+    title = (
+        "the same app on uvicorn --http aiosendfile.uvicorn:HttpToolsProtocol (uvloop): "
+        "pathsend, by aiosendfile.send()"
+    )
+    requires = (*UvicornRow.requires, "uvloop")
+
+
+@register
+class OursAsyncio(OursRow):
+    name = "uvicorn-aiosendfile-asyncio"
+    title = "uvicorn --http aiosendfile.uvicorn:HttpToolsProtocol --loop asyncio"
+    loop = "asyncio"
+
+
+@register
+class Granian(GranianRow):
+    name = "granian"
+    title = (
+        "the same app on granian --interface asgi (one worker, uvloop): pathsend, read in "
+        "chunks by its Rust runtime"
+    )
+
+
+@register
+class TlsUvicornUvloop(UvicornUvloop):
+    name = "tls-uvicorn-uvloop"
+    transport = "tls"
+
+
+@register
+class TlsUvicornAsyncio(UvicornAsyncio):
+    name = "tls-uvicorn-asyncio"
+    transport = "tls"
+
+
+@register
+class TlsOursUvloop(OursUvloop):
+    name = "tls-uvicorn-aiosendfile-uvloop"
+    transport = "tls"
+
+
+@register
+class TlsOursAsyncio(OursAsyncio):
+    name = "tls-uvicorn-aiosendfile-asyncio"
+    transport = "tls"
+
+
+@register
+class TlsGranian(Granian):
+    name = "tls-granian"
+    transport = "tls"
+
+
+class AsgiServer:
+    """One server program, started for one measurement; a `runner.Server`."""
+
+    def __init__(self, row: AsgiRow, job: Job) -> None:
+        self._row = row
+        self._job = job
+        self._scratch = tempfile.TemporaryDirectory(prefix="aiosendfile-asgi-")
+        self._dir = Path(self._scratch.name)
+        self._log = self._dir / "server.log"
+        self._process: subprocess.Popen[bytes] | None = None
+        self._pids: list[int] = []
+        self._start: tuple[float, int | None] | None = None  # CPU and RSS once serving
+
+    def ready(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        for _ in range(PORT_TRIES):
+            port = _free_port()
+            self._run(port)
+            if self._wait_until_serving(deadline):
+                break
+            if "address already in use" not in self.log().lower():
+                raise MeasurementError(f"{self._row.name} did not start{self.tail()}")
+        else:
+            raise MeasurementError(f"no free port in {PORT_TRIES} tries{self.tail()}")
+        assert self._process is not None
+        self._pids = _tree(self._process.pid)
+        try:
+            reset = all(reset_peak_rss(pid) for pid in self._pids)
+            rss = sum(memory_of(pid)[0] or 0 for pid in self._pids) if reset else None
+            self._start = (self._cpu(), rss)
+        except OSError as exc:
+            raise MeasurementError(f"{self._row.name}: {exc}{self.tail()}") from None
+        return port
+
+    def done(self, timeout: float) -> dict[str, Any]:
+        if self._start is None:
+            raise RuntimeError("done() before ready()")
+        cpu, rss = self._start
+        try:
+            cpu = self._cpu() - cpu
+            peak = sum(memory_of(pid)[1] or 0 for pid in self._pids)
+        except OSError as exc:
+            raise MeasurementError(f"{self._row.name}: {exc}{self.tail()}") from None
+        return {
+            "cpu_s": cpu,
+            "rss_base": rss,
+            "rss_peak": peak,
+            "responses": None,  # the server does not count: the receiver's counts stand
+            "file_bytes": None,
+            "errors": _ERRORS.findall(self.log())[:10],
+            "paths": [],
+            "lags_ms": [],
+        }
+
+    def tail(self) -> str:
+        text = self.log().strip()
+        return f"; its output ends: {text[-1500:]}" if text else ""
+
+    def log(self) -> str:
+        with contextlib.suppress(FileNotFoundError):
+            return self._log.read_text(errors="replace")
+        return ""
+
+    def close(self) -> None:
+        self._stop()
+        self._scratch.cleanup()
+
+    def _run(self, port: int) -> None:
+        self._stop()
+        job = self._job
+        tls = None
+        if job.tls_cert and job.tls_key:
+            tls = (job.tls_cert, _pkcs8(job.tls_key, self._dir))
+        cpus = job.cpus
+        with self._log.open("wb") as out:
+            self._process = subprocess.Popen(
+                self._row.command(port, tls),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=child_environment({NO_EXTENSIONS: None, FILE_VARIABLE: job.file}),
+                cwd=self._dir,
+                start_new_session=True,  # its workers with it: stopped as one group
+                # Every process and thread of the server inherits the pinned core.
+                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+            )
+
+    def _wait_until_serving(self, deadline: float) -> bool:
+        """Waits for the server's ready line; False if it exited first."""
+        assert self._process is not None
+        ready = re.compile(self._row.ready_line)
+        while time.monotonic() < deadline:
+            if ready.search(self.log()):
+                return True
+            if self._process.poll() is not None:
+                return False
+            time.sleep(POLL)
+        raise MeasurementError(f"{self._row.name} did not serve in time{self.tail()}")
+
+    def _cpu(self) -> float:
+        return sum(cpu_seconds_of(pid) for pid in self._pids)
+
+    def _stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # whatever of its session is left
+        process.wait()
+
+
+def _pkcs8(key: str, directory: Path) -> str:
+    """The private key at `key` as PKCS#8 PEM (granian reads no other form), written in
+    `directory`; uvicorn reads it too."""
+    from cryptography.hazmat.primitives import serialization  # trustme's dependency
+
+    loaded = serialization.load_pem_private_key(Path(key).read_bytes(), password=None)
+    path = directory / "key-pkcs8.pem"
+    path.write_bytes(
+        loaded.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return str(path)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and every process descended from it."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                # "PID (comm) STATE PPID ...": comm may hold spaces and parentheses.
+                fields = Path(entry.path, "stat").read_text().rpartition(")")[2].split()
+                parents.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo += parents.get(current, [])
+    return found
