@@ -119,31 +119,35 @@ async def receive(
     """
     side = read_side(reader, writer)
     _check_arguments(count, offset, progress)
-    target = start_file_argument(file, "write", Target)
-    if not isinstance(target, Target):  # a path: a worker opens it
-        return await _receive_opening(side, target, count, offset, progress)
+    opened = start_file_argument(file, "write", Target)
+    if isinstance(opened, Target):
+        target: Target | None = opened
+        opening = None
+        try:
+            start = opened.start(offset)  # a file given open is checked before the turn
+        except BaseException:
+            opened.close()
+            raise
+    else:
+        target, opening = None, opened  # a path: a worker opens it (creating, truncating)
     try:
-        start = target.start(offset)
-        await take_turn(side.key)
-        return await _receive_in_turn(side, target, start, count, progress)
-    finally:
-        target.close()
-
-
-async def _receive_opening(
-    side: ReadSide,
-    opening: asyncio.Future[Target],
-    count: int | None,
-    offset: int | None,
-    progress: Progress | None,
-) -> int:
-    """receive() into a path a worker is opening (creating, truncating): the turn
-    is taken first, so receives still run in call order."""
-    try:
-        await take_turn(side.key)
+        await take_turn(side.key)  # receives run in call order, paths included
     except BaseException:
-        opening.cancel()  # a file the worker opens anyway is closed by the queue
+        if opening is not None:
+            opening.cancel()  # a file the worker opens anyway is closed by the queue
+        elif target is not None:
+            target.close()
         raise
+    if opening is not None:
+        target, start = await _opened_in_turn(side, opening, offset)
+    assert target is not None  # given open, or opened by now
+    return await _receive_in_turn(side, target, start, count, progress)
+
+
+async def _opened_in_turn(
+    side: ReadSide, opening: asyncio.Future[Target], offset: int | None
+) -> tuple[Target, int | None]:
+    """The file a worker opens for a receive holding its turn (ended here if this fails)."""
     if side.transport.is_reading():
         # What arrives while the worker opens stays in the socket, for splice(2): a
         # raw transport's protocol would be handed it, a StreamReader would copy it.
@@ -157,7 +161,7 @@ async def _receive_opening(
         end_turn(side.key)
         raise
     try:
-        start = target.start(offset)
+        return target, target.start(offset)
     except BaseException:
         try:
             await close_file_argument(target)
@@ -165,7 +169,6 @@ async def _receive_opening(
             side.restore()
             end_turn(side.key)
         raise
-    return await _receive_in_turn(side, target, start, count, progress, close=True)
 
 
 async def _receive_in_turn(
@@ -174,12 +177,11 @@ async def _receive_in_turn(
     start: int | None,
     count: int | None,
     progress: Progress | None,
-    *,
-    close: bool = False,
 ) -> int:
-    """The rest of receive(), holding the turn on the reader (ended here).  With
-    `close`, the file is closed here (in a worker), before reading is restored: no
-    loop iteration passes between restoring it and returning, as without."""
+    """The rest of receive(), holding the turn on the reader (ended here).  The file
+    is closed (in a worker if one opened it) before reading is restored: no loop
+    iteration passes between restoring it and returning."""
+    closed = False
     try:
         receipt = Receipt(side, target, start, count, progress)
         try:
@@ -191,14 +193,13 @@ async def _receive_in_turn(
         finally:
             try:
                 target.set_position(receipt.position)
-                if close:
-                    close = False
-                    await close_file_argument(target)
+                closed = True
+                await close_file_argument(target)
             finally:
                 side.restore()
     finally:
         try:
-            if close:  # Receipt() raised
+            if not closed:  # Receipt() raised
                 await close_file_argument(target)
         finally:
             end_turn(side.key)
