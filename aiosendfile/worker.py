@@ -11,7 +11,8 @@ class); no event loop policy is set, in the worker or anywhere else.  A subclass
 may set `loop_factory` to a loop class of its own (with `SendfileLoopMixin`).
 
 Needs aiohttp and gunicorn; `GunicornUVLoopWebWorker` needs uvloop.  This module
-is imported only when named: `import aiosendfile` does not import it.
+is imported only when named: `import aiosendfile` does not import it, and each
+worker imports its framework when first named.
 
 For ASGI apps (FastAPI, Starlette...), the uvicorn-worker package's workers with
 `aiosendfile.uvicorn`'s protocol and an `aiosendfile.loops` loop:
@@ -32,11 +33,10 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from aiohttp import worker as aiohttp_worker
-
 from . import loops
 
-# UvicornWorker and UvicornH11Worker are made when first asked for (__getattr__, at the end).
+# Every worker is made when first asked for (__getattr__, at the end): the aiohttp
+# ones need aiohttp, the uvicorn ones uvicorn-worker, and neither needs the other.
 __all__ = (  # noqa: F822
     "GunicornUVLoopWebWorker",
     "GunicornWebWorker",
@@ -45,30 +45,37 @@ __all__ = (  # noqa: F822
 )
 
 
-class GunicornWebWorker(aiohttp_worker.GunicornWebWorker):
-    """aiohttp's `GunicornWebWorker` on `aiosendfile.loops.SelectorEventLoop`."""
-
-    loop_factory: ClassVar[Callable[[], asyncio.AbstractEventLoop]] = loops.SelectorEventLoop
-
-    def init_process(self) -> None:
-        # Our loop where aiohttp's init_process() makes a stock one; then gunicorn's
-        # own init_process() (skipping aiohttp's), which loads the app and runs.  Runs
-        # in the forked worker process; gunicorn's arbiter runs no event loop, so
-        # there is no inherited loop to close (and asking for one is deprecated).
-        self.loop = type(self).loop_factory()
-        asyncio.set_event_loop(self.loop)
-        super(aiohttp_worker.GunicornWebWorker, self).init_process()
-
-
 def _new_uvloop() -> asyncio.AbstractEventLoop:
     loop: asyncio.AbstractEventLoop = loops.UVLoop()  # uvloop is imported here, first
     return loop
 
 
-class GunicornUVLoopWebWorker(GunicornWebWorker):
-    """aiohttp's `GunicornUVLoopWebWorker` on `aiosendfile.loops.UVLoop`."""
+def _aiohttp_workers() -> dict[str, type[Any]]:
+    """aiohttp's two workers, on aiosendfile.loops loops."""
+    from aiohttp import worker as aiohttp_worker
 
-    loop_factory = _new_uvloop
+    class GunicornWebWorker(aiohttp_worker.GunicornWebWorker):
+        """aiohttp's `GunicornWebWorker` on `aiosendfile.loops.SelectorEventLoop`."""
+
+        loop_factory: ClassVar[Callable[[], asyncio.AbstractEventLoop]] = loops.SelectorEventLoop
+
+        def init_process(self) -> None:
+            # Our loop where aiohttp's init_process() makes a stock one; then gunicorn's
+            # own init_process() (skipping aiohttp's), which loads the app and runs.
+            # Runs in the forked worker process; gunicorn's arbiter runs no event loop,
+            # so there is no inherited loop to close (and asking for one is deprecated).
+            self.loop = type(self).loop_factory()
+            asyncio.set_event_loop(self.loop)
+            super(aiohttp_worker.GunicornWebWorker, self).init_process()
+
+    class GunicornUVLoopWebWorker(GunicornWebWorker):
+        """aiohttp's `GunicornUVLoopWebWorker` on `aiosendfile.loops.UVLoop`."""
+
+        loop_factory = _new_uvloop
+
+    workers: dict[str, type[Any]] = {"GunicornWebWorker": GunicornWebWorker}
+    workers["GunicornUVLoopWebWorker"] = GunicornUVLoopWebWorker
+    return _named_here(workers)
 
 
 def _uvicorn_workers() -> dict[str, type[Any]]:
@@ -101,15 +108,28 @@ def _uvicorn_workers() -> dict[str, type[Any]]:
 
     workers: dict[str, type[Any]] = {"UvicornWorker": UvicornWorker}
     workers["UvicornH11Worker"] = UvicornH11Worker
+    return _named_here(workers)
+
+
+def _named_here(workers: dict[str, type[Any]]) -> dict[str, type[Any]]:
+    """The classes as gunicorn and pickle name them: aiosendfile.worker.<name>."""
     for name, cls in workers.items():
         cls.__module__, cls.__qualname__ = __name__, name
     return workers
 
 
+_MAKERS: dict[str, Callable[[], dict[str, type[Any]]]] = {
+    "GunicornWebWorker": _aiohttp_workers,
+    "GunicornUVLoopWebWorker": _aiohttp_workers,
+    "UvicornWorker": _uvicorn_workers,
+    "UvicornH11Worker": _uvicorn_workers,
+}
+
+
 def __getattr__(name: str) -> Any:
-    # uvicorn-worker is optional: its workers are made when one is first asked for.
-    if name in ("UvicornWorker", "UvicornH11Worker"):
-        workers = _uvicorn_workers()
-        globals().update(workers)
-        return workers[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    make = _MAKERS.get(name)
+    if make is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    workers = make()
+    globals().update(workers)
+    return workers[name]

@@ -247,5 +247,22 @@ def test_import_aiosendfile_does_not_import_the_worker() -> None:
     assert done.stdout.strip() == "[]", done.stderr
 
 
+def test_uvicorn_worker_without_aiohttp() -> None:
+    """Each worker imports its own framework: UvicornWorker needs no aiohttp."""
+    code = (
+        "import sys; sys.modules['aiohttp'] = None; "  # import aiohttp now fails
+        "from aiosendfile.worker import UvicornWorker; import uvicorn_worker; "
+        "assert issubclass(UvicornWorker, uvicorn_worker.UvicornWorker); "
+        "print(UvicornWorker.__module__, UvicornWorker.__qualname__)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True, text=True, timeout=30,
+        env=env_importing_this_package(), cwd=TESTS_PARENT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["aiosendfile.worker", "UvicornWorker"]
+
+
 if __name__ == "__main__":
     serve_with_run_app(int(sys.argv[1]), sys.argv[2])
