@@ -4,6 +4,7 @@ sized to the room in the socket's send buffer, at most one TLS record per write.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import os
@@ -61,6 +62,63 @@ def test_stalled_tls_downloads_hold_little(loop_name: str) -> None:
         "the sends were not all in progress: the test measures nothing"
     )
     assert sends["after"]["fds"] == sends["before"]["fds"]
+
+
+# With the kernel's default buffers (autotuned to a few MiB) and a file far larger: the
+# figure the README gives per stalled TLS download.
+DEFAULT_BUFFERS_BOUND_KIB = 64
+
+
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+def test_stalled_tls_downloads_of_a_large_file_hold_little(loop_name: str) -> None:
+    """100 TLS downloads of a 64 MiB file stalled at once, with the kernel's default
+    socket buffers: the server's RSS per connection, beyond an idle TLS connection's,
+    is at most 64 KiB.  (The clients hang up once measured, reading nothing more.)"""
+    stalled = ["--loop", loop_name, "--transport", "tls", "-n", str(CONNECTIONS)]
+    idle = run_load(*stalled, "--mode", "idle")
+    sends = run_load(*stalled, "--mode", "download", "--sizes", "64M", "--abort")
+    assert sends["client_failure_count"] == 0, sends["client_failures"]
+    over_idle = sends["held_growth_per_conn_kib"] - idle["held_growth_per_conn_kib"]
+    assert over_idle <= DEFAULT_BUFFERS_BOUND_KIB, (
+        f"{over_idle:.1f} KiB per stalled send beyond an idle TLS connection "
+        f"({idle['held_growth_per_conn_kib']} KiB): {sends}"
+    )
+    assert sends["held"]["fds"] >= sends["before"]["fds"] + 2 * CONNECTIONS, (
+        "the sends were not all in progress: the test measures nothing"
+    )
+    assert sends["after"]["fds"] == sends["before"]["fds"]
+
+
+async def test_tls_send_stalled_with_default_buffers_leaves_nothing_in_the_transports(
+    connect: Callable[..., Any], make_file: Callable[..., Path]
+) -> None:
+    """With the kernel's default buffers, a stalled TLS send sizes its writes to what the
+    socket takes: once stalled, neither the TLS transport nor (asyncio) the socket
+    transport under it holds a byte.  Sizing by SO_SNDBUF less the bytes queued
+    overshot the kernel's own accounting: ~80 KB waited under the TLS transport."""
+    path = make_file(64 * 1024 * 1024)
+    conn: Connection = await connect("tls", "transport", reading=False)
+    sending = asyncio.ensure_future(aiosendfile.send(conn.writer, path))
+    sock = socket.socket(fileno=os.dup(conn.transport.get_extra_info("socket").fileno()))
+    try:
+        queued = -1
+        for _ in range(100):  # until the socket's queue stops growing: the send is stalled
+            await asyncio.sleep(0.05)
+            now = int.from_bytes(fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, bytes(4)), "little")
+            if now == queued:
+                break
+            queued = now
+    finally:
+        sock.close()
+    assert not sending.done(), "the socket took everything: the test measures nothing"
+    held = {"TLS transport": conn.transport.get_write_buffer_size()}
+    lower = getattr(getattr(conn.transport, "_ssl_protocol", None), "_transport", None)
+    if lower is not None:  # asyncio: the socket transport under the TLS one
+        held["socket transport"] = lower.get_write_buffer_size()
+    assert held == dict.fromkeys(held, 0), held
+    sending.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await sending
 
 
 def free_space(sock: socket.socket) -> int:

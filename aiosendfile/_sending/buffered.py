@@ -7,9 +7,13 @@ the life of the connection, room for the largest write it encrypted at once
 stalled send holds is held a thousand times.  So:
 
 - a chunk is read only when the transport will take it (chunks.ChunkReader
-  reads nothing ahead), and it is sized to the free space of the socket's send
-  buffer (SO_SNDBUF less SIOCOUTQ, less a margin for TLS records), at most the
+  reads nothing ahead), and it is sized to what the socket's send buffer
+  surely takes (the memory SO_SNDBUF leaves, by the kernel's own accounting,
+  in bytes at the queue's rate; less a margin for TLS records), at most the
   chunk size: the kernel takes it whole and the process keeps nothing of it;
+- before each write the socket is asked whether it hung up: a peer gone ends
+  the send at once, where a TLS transport would take (and drop) write after
+  write until its connection_lost() came;
 - the next chunk waits until the transport's own buffer is empty (what it holds
   goes first), then, if the socket has no room, until the socket is writable:
   a send waiting on a slow peer holds no file bytes;
@@ -34,6 +38,7 @@ import fcntl
 import os
 import select
 import socket
+import struct
 import termios
 from typing import Any
 
@@ -55,6 +60,12 @@ MIN_CHUNK = 16 * 1024
 # kernel's accounting may differ from the bytes queued: kept out of a chunk's size.
 _TLS_RECORD = 16 * 1024
 _TLS_OVERHEAD = 64
+# getsockopt(SOL_SOCKET, SO_MEMINFO) (Linux >= 4.6): the socket's memory, u32 each,
+# as enum sk_meminfo orders them (rmem_alloc, rcvbuf, wmem_alloc, sndbuf, ...).
+_SO_MEMINFO = getattr(socket, "SO_MEMINFO", 55)
+_MEMINFO_FORMAT = "=9I"
+_MEMINFO_SIZE = struct.calcsize(_MEMINFO_FORMAT)
+_WMEM_ALLOC, _SNDBUF, _WMEM_QUEUED = 2, 3, 5
 # A hung-up socket's pending error that is already a ConnectionError subclass.
 _PEER_GONE = frozenset((errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED))
 
@@ -108,12 +119,10 @@ class Room:
         if sock is None:
             return None
         try:
-            queued = _queued(sock)
-            room = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) - queued
+            room = _room(sock)
         except OSError:
             self.close()
             return None
-        room -= room // 32  # the kernel counts its own overhead too
         if self.tls:
             room -= (room // _TLS_RECORD + 1) * _TLS_OVERHEAD
         return max(room, 0)
@@ -204,8 +213,7 @@ def _own_socket(sock: Any) -> socket.socket | None:
     except (OSError, AttributeError, ValueError):
         return None
     try:
-        _queued(own)
-        own.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        _room(own)
     except OSError:
         own.close()
         return None
@@ -215,6 +223,30 @@ def _own_socket(sock: Any) -> socket.socket | None:
 def _queued(sock: socket.socket) -> int:
     """Bytes in the socket's send queue, not yet acknowledged (SIOCOUTQ)."""
     return int.from_bytes(fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, bytes(4)), "little")
+
+
+def _room(sock: socket.socket) -> int:
+    """Bytes of payload the socket's send buffer surely takes now.
+
+    The kernel refuses a write once the memory its send queue holds reaches
+    SO_SNDBUF, and that memory is more than the bytes queued: each buffer of
+    the queue has its own overhead (SO_MEMINFO says how much in all).  The
+    room left in memory is turned into bytes at the queue's own rate, so the
+    kernel takes all of it (and may take a little more: it fills a buffer it
+    has begun).  SO_SNDBUF less the bytes queued was more than the kernel
+    takes: the rest waited in the transport, per stalled connection.
+    """
+    info: tuple[int, ...] = struct.unpack(
+        _MEMINFO_FORMAT, sock.getsockopt(socket.SOL_SOCKET, _SO_MEMINFO, _MEMINFO_SIZE)
+    )
+    used = max(info[_WMEM_ALLOC], info[_WMEM_QUEUED])
+    room = info[_SNDBUF] - used
+    if room <= 0:
+        return 0
+    queued = _queued(sock)
+    if 0 < queued < used:
+        return room * queued // used
+    return room - room // 32  # an empty queue shows no rate: a margin for the overhead
 
 
 async def send_buffered(transfer: Transfer) -> None:

@@ -161,6 +161,8 @@ class Round:
             await writer.drain()
             self.arrived()
             await self.go.wait()
+            if self.args.abort:
+                return  # measured while stalled; the server's send then fails, quietly
             head = await reader.readline()
             if int(head) != size:
                 raise AssertionError(f"{name}: header says {head!r}, expected {size}")
@@ -379,6 +381,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--chunk-size", default="", help="the server's aiosendfile.set_chunk_size()"
+    )
+    parser.add_argument(
+        "--abort",
+        action="store_true",
+        help="download mode: the clients hang up once measured, reading nothing "
+        "(large files' stalled sends, without moving them)",
     )
     return parser.parse_args(argv)
 
