@@ -16,6 +16,17 @@ a client that goes away ends the response with aiohttp's own quiet ConnectionErr
 path. With aiohttp's compression on (`enable_compression()`) or AIOHTTP_NOSENDFILE set,
 aiohttp sends the body itself, as it would.
 
+Files are opened before they are looked at, never through a symlink swapped in
+after a check: add_static() opens each file beneath its directory (openat2 with
+RESOLVE_BENEATH and RESOLVE_NO_SYMLINKS, or the same rule walked component by
+component with O_NOFOLLOW on kernels without openat2), so a file replaced by a
+symlink between aiohttp's path check and the open answers 404, and no response
+carries a byte from outside the directory; FileResponse does the same given
+`directory=`.  With follow_symlinks=True, symlinks out of the directory are served,
+as asked.  Any file is opened without waiting for a FIFO's writer (a FIFO swapped
+in answers 403), and its ETag, Last-Modified and length are those of the file
+opened.  A .br or .gz sibling is never taken through a symlink.
+
 aiohttp stats and opens the file in its default executor, a thread round trip per
 response. From aiohttp 3.11 on, where the file's directory is on a local filesystem
 and the paths aiohttp looks up are in the dentry cache, aiohttp's own lookup
@@ -48,9 +59,19 @@ relies on, the same from aiohttp 3.9 to 3.14 (checked against both) unless noted
   prepare() of ours repeats that tail after calling `_make_response()` on the loop.
   Where prepare() no longer names those four methods (as in 3.9 and 3.10, which
   stat and open inline), aiohttp's prepare() runs unchanged.
+- the lookup that stats the file (or the sibling it picks), replaced here by one
+  that opens it first and stats what it opened: from 3.10
+  `_get_file_path_stat_encoding(accept_encoding) -> (path, stat, encoding)` (3.11:
+  path None for a file that is not regular), in 3.9
+  `_get_file_path_stat_and_gzip(check_for_gzipped_file) -> (path, stat, gzip)`;
+  aiohttp then opens the returned path with `path.open("rb")` (in its executor
+  before 3.11), which hands over the file already open.  aiohttp 3.9's prepare()
+  lets the lookup's errors out (the connection drops): there the lookup runs first,
+  answered 403 or 404 as later versions answer.
 - `web_fileresponse.NOSENDFILE`; `web.StaticResource` binding its routes to
   `self._handle`, which returns `web.FileResponse(path, chunk_size=...)` for a file
-  (its `_path`, `_chunk_size`).
+  (its `_path`, `_chunk_size`), and its `_directory` (resolved) and
+  `_follow_symlinks`.
 - from aiohttp 3.11: `StaticResource._handle()` checks the name, then runs
   `_resolve_path_to_response(self._directory.joinpath(filename))` in the executor
   (resolution, the protections, the directory check, the FileResponse); ours calls
@@ -60,17 +81,20 @@ relies on, the same from aiohttp 3.9 to 3.14 (checked against both) unless noted
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import io
 import logging
 import os
 import pathlib
 import stat
+import sys
 from typing import Any
 
 from aiohttp import hdrs, web, web_fileresponse
 from aiohttp.abc import AbstractStreamWriter
 
-from . import _files
+from . import _beneath, _files
 from ._sending.api import send, which_path
 
 __all__ = ("FileResponse", "StaticResource", "add_static")
@@ -84,11 +108,38 @@ class FileResponse(web.FileResponse):
     Same constructor, statuses and headers; see the module's docstring.  Once the
     body is sent, `path_taken` says how: "quick", "zerocopy" or "buffered" (as
     `aiosendfile.which_path()` names them), or "aiohttp" when aiohttp sent it itself.
+
+    With `directory`, the file (`path`, relative to `directory` or under it) is
+    opened beneath that directory and nowhere else: a `..` that leads out of it or
+    a symlink anywhere on the path (put there after the application checked the
+    path, say) answers 404, never a byte from outside.  Without it, `path` is
+    opened as aiohttp opens it, symlinks followed.  Either way the file is opened
+    before it is looked at (its status, ETag and size are the opened file's), and
+    without waiting for the other end of a FIFO.
     """
 
     path_taken: str | None = None
 
+    def __init__(
+        self, *args: Any, directory: str | os.PathLike[str] | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._beneath = None if directory is None else os.path.abspath(directory)
+        if self._beneath is not None:
+            self._path = pathlib.Path(self._beneath, self._path)  # an absolute path stays
+        self._opened: _OpenedPath | None = None  # opened for aiohttp, until it takes it
+        # aiohttp 3.9: the lookup made before its prepare(), for its own call.
+        self._looked_up: tuple[pathlib.Path, os.stat_result, bool] | None = None
+
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
+        try:
+            return await self._prepare(request)
+        finally:
+            opened, self._opened = self._opened, None
+            if opened is not None:
+                opened.close_unclaimed()  # a 304, a 412, a HEAD: aiohttp never took it
+
+    async def _prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         """aiohttp's prepare(), with its executor round trip skipped when the file (and
         the siblings it looks for) can be found and opened without waiting.
 
@@ -102,9 +153,11 @@ class FileResponse(web.FileResponse):
         cls = type(self)
         if not _ON_LOOP_SHAPE or (
             cls._make_response is not FileResponse._make_response
-            or cls._get_file_path_stat_encoding is not _GET_FILE_PATH_STAT_ENCODING
+            or cls._get_file_path_stat_encoding is not FileResponse._get_file_path_stat_encoding
         ):
             # aiohttp before 3.11, or a subclass that looks files up its own way.
+            if _LOOKUP_ERRORS_UNANSWERED:
+                return await self._prepare_answering_lookup_errors(request)
             return await super().prepare(request)
         accept_encoding = request.headers.get(hdrs.ACCEPT_ENCODING, "").lower()
         if not _lookups_cached(self._path, accept_encoding):
@@ -134,6 +187,30 @@ class FileResponse(web.FileResponse):
         finally:
             fobj.close()  # a regular file of a local filesystem, opened for reading
 
+    async def _prepare_answering_lookup_errors(
+        self, request: web.BaseRequest
+    ) -> AbstractStreamWriter | None:
+        """aiohttp 3.9's prepare(), after the lookup it would make (in its executor),
+        answered as later versions do: 403 for PermissionError or what is not a
+        regular file, 404 for other OSErrors (a path gone, a symlink refused), where
+        aiohttp 3.9 lets them out of prepare() and drops the connection (or opens a
+        FIFO and waits).  Its own call of the lookup then gets what was found."""
+        gzip = "gzip" in request.headers.get(hdrs.ACCEPT_ENCODING, "").lower()
+        loop = asyncio.get_running_loop()
+        try:
+            self._looked_up = await loop.run_in_executor(None, self._look_up_gzip, gzip)
+        except PermissionError:
+            self.set_status(web.HTTPForbidden.status_code)
+            return await web.StreamResponse.prepare(self, request)
+        except OSError:
+            self.set_status(web.HTTPNotFound.status_code)
+            return await web.StreamResponse.prepare(self, request)
+        if not stat.S_ISREG(self._looked_up[1].st_mode):
+            self._looked_up = None
+            self.set_status(web.HTTPForbidden.status_code)  # a FIFO would block its open
+            return await web.StreamResponse.prepare(self, request)
+        return await super().prepare(request)
+
     def _make_response(self, request: web.BaseRequest, accept_encoding: str) -> Any:
         """aiohttp's, in its executor: the first response of a directory also finds
         out whether the directory's filesystem is local (its later files may then
@@ -141,6 +218,69 @@ class FileResponse(web.FileResponse):
         made = super()._make_response(request, accept_encoding)
         _files.learn_directory(self._path)
         return made
+
+    # aiohttp's lookup (in its executor, or on the loop above) finds the file to send
+    # and stats it: here it opens it first (beneath `directory`, if given), and
+    # stats what it opened; aiohttp's open() of the path it is given hands over that
+    # same file.  aiohttp 3.10 on: the file or a sibling aiohttp's ENCODING_EXTENSIONS
+    # name for the Accept-Encoding; 3.9: the file or its .gz.
+
+    def _get_file_path_stat_encoding(
+        self, accept_encoding: str
+    ) -> tuple[pathlib.Path | None, os.stat_result, str | None]:
+        siblings = [(ext, enc) for ext, enc in _ENCODINGS if enc in accept_encoding]
+        return self._open_for_response(siblings)
+
+    def _get_file_path_stat_and_gzip(
+        self, check_for_gzipped_file: bool
+    ) -> tuple[pathlib.Path, os.stat_result, bool]:
+        looked_up, self._looked_up = self._looked_up, None
+        return looked_up or self._look_up_gzip(check_for_gzipped_file)
+
+    def _look_up_gzip(self, gzip: bool) -> tuple[pathlib.Path, os.stat_result, bool]:
+        path, st, encoding = self._open_for_response([(".gz", "gzip")] if gzip else [])
+        return path or self._path, st, encoding is not None  # aiohttp 3.9 checks no type
+
+    def _open_for_response(
+        self, siblings: list[tuple[str, str]]
+    ) -> tuple[_OpenedPath | None, os.stat_result, str | None]:
+        """The first regular sibling (path + extension, never a symlink) that opens,
+        else the file itself: (the opened path, its stat, the sibling's encoding).
+        The path is None where the file is not a regular file (aiohttp answers 403)."""
+        for extension, encoding in siblings:
+            try:
+                opened, st = self._open(self._path.with_name(self._path.name + extension), True)
+            except (OSError, ValueError):
+                continue  # as aiohttp's lstat() that fails: no such sibling
+            if opened is not None:
+                return opened, st, encoding
+        opened, st = self._open(self._path, False)
+        return opened, st, None
+
+    def _open(self, path: pathlib.Path, sibling: bool) -> tuple[_OpenedPath | None, os.stat_result]:
+        """Opens `path` for reading (None for what is not a regular file, closed again)."""
+        # O_NONBLOCK: a FIFO swapped in after aiohttp's check must not block the open
+        # (on the loop, or an executor thread for good).
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+        if self._beneath is not None:
+            fd = _beneath.open_beneath(self._beneath, _relative(path, self._beneath), flags)
+        else:
+            fd = os.open(path, flags | (os.O_NOFOLLOW if sibling else 0))
+        try:
+            st = os.fstat(fd)
+            regular = stat.S_ISREG(st.st_mode)
+            if regular:
+                os.set_blocking(fd, True)  # aiohttp's own reads, in its executor
+        except BaseException:
+            os.close(fd)
+            raise
+        if not regular:
+            os.close(fd)
+            return None, st
+        # The file object is named by its path, as path.open("rb") names it.
+        opened = _OpenedPath(path, open(path, "rb", opener=lambda _name, _flags: fd))
+        self._opened = opened
+        return opened, st
 
     async def _sendfile(
         self, request: web.BaseRequest, fobj: Any, offset: int, count: int
@@ -204,7 +344,8 @@ _ON_LOOP_SHAPE = all(
 ) and all(
     hasattr(web_fileresponse, name) for name in ("_FileResponseResult", "ENCODING_EXTENSIONS")
 )
-_GET_FILE_PATH_STAT_ENCODING = getattr(web.FileResponse, "_get_file_path_stat_encoding", None)
+# aiohttp 3.9: prepare() runs _get_file_path_stat_and_gzip() with no except clause.
+_LOOKUP_ERRORS_UNANSWERED = hasattr(web.FileResponse, "_get_file_path_stat_and_gzip")
 # (".br", "br"), (".gz", "gzip"): the siblings aiohttp looks for, in its order.
 _ENCODINGS = tuple(getattr(web_fileresponse, "ENCODING_EXTENSIONS", {}).items())
 
@@ -251,6 +392,45 @@ def _cached(path: str, dev: int, flags: int, missing_ok: bool, regular: bool = F
     return st.st_dev == dev and (not regular or stat.S_ISREG(st.st_mode))
 
 
+class _OpenedPath(pathlib.PosixPath):
+    """A path whose file is already open: `open("rb")` hands that file over, once.
+
+    What FileResponse's lookup returns to aiohttp, which stats nothing more and
+    opens the path it is given: the file it sends is the one that was opened.
+    """
+
+    def __init__(self, path: pathlib.Path, file: Any) -> None:
+        if sys.version_info >= (3, 12):
+            super().__init__(path)
+        self.file: Any = file  # None once aiohttp took it (aiohttp closes it)
+
+    def __new__(cls, path: pathlib.Path, file: Any) -> _OpenedPath:
+        return super().__new__(cls, path)
+
+    def open(self, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        file, self.file = self.file, None
+        if mode != "rb" or args or kwargs or file is None:
+            if file is not None:
+                file.close()
+            raise io.UnsupportedOperation(f"{self} was opened for reading once, as 'rb'")
+        return file
+
+    def close_unclaimed(self) -> None:
+        """Closes the file if aiohttp never took it (it answered without a body)."""
+        file, self.file = self.file, None
+        if file is not None:
+            file.close()
+
+    def with_segments(self, *pathsegments: Any) -> pathlib.Path:
+        return pathlib.Path(*pathsegments)  # paths derived from this one are plain paths
+
+
+def _relative(path: pathlib.Path, directory: str) -> str:
+    """`path` relative to `directory`, by name only (`..` where it leads out: refused
+    by the open beneath)."""
+    return os.path.relpath(path, directory)
+
+
 class StaticResource(web.StaticResource):
     """`aiohttp.web.StaticResource` serving its files with this module's FileResponse.
 
@@ -260,11 +440,16 @@ class StaticResource(web.StaticResource):
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         unresolved = self._unresolved_if_cached(request)
-        if unresolved is None:
-            response = await super()._handle(request)  # resolved in aiohttp's executor
-        else:
-            # aiohttp's own resolution and checks, here: nothing in them waits.
-            response = self._resolve_path_to_response(unresolved)
+        try:
+            if unresolved is None:
+                response = await super()._handle(request)  # resolved in aiohttp's executor
+            else:
+                # aiohttp's own resolution and checks, here: nothing in them waits.
+                response = self._resolve_path_to_response(unresolved)
+        except OSError as exc:
+            # The path changed while realpath() walked it (a symlink replaced by a
+            # file: readlink() fails with EINVAL): as for any path that is not there.
+            raise web.HTTPNotFound() from exc
         if type(response) is not web.FileResponse:
             return response  # a directory index, or a subclass someone chose
         path: pathlib.Path = response._path
@@ -274,6 +459,10 @@ class StaticResource(web.StaticResource):
             status=response.status,
             reason=response.reason,
             headers=response.headers,
+            # aiohttp checked the path, symlinks resolved, against the directory;
+            # opened beneath it, a symlink swapped in since is refused.  With
+            # follow_symlinks, symlinks out of it are what was asked for.
+            directory=None if self._follow_symlinks else self._directory,
         )
 
     def _unresolved_if_cached(self, request: web.Request) -> pathlib.Path | None:

@@ -3,9 +3,13 @@
 A directory served by an aiohttp app: `aiosendfile.aiohttp.add_static` (aiohttp's
 static route and protections, bodies sent by `send()`) with directory listings, on
 an `aiosendfile.loops` event loop; Range and conditional requests are aiohttp's.
-One access-log line per request says the status, the bytes written (headers
-included, as aiohttp's `%b`) and the path the body took.  Ctrl-C or SIGTERM stops
-it: the listening socket closes, requests under way are given a moment to end.
+Files are opened beneath the directory: a symlink out of it, or any symlink
+swapped in while a request is under way, is refused (404), unless
+--follow-symlinks asks for symlinks out of the directory to be served.  One
+access-log line per request says the status, the bytes written (headers
+included, as aiohttp's `%b`) and the path the body took.  Ctrl-C or SIGTERM
+stops it: the listening socket closes, requests under way are given a moment to
+end.
 
 Needs aiohttp (`pip install 'aiosendfile[aiohttp]'`); imported only when named.
 """

@@ -616,10 +616,228 @@ def test_import_aiosendfile_leaves_aiohttp_alone() -> None:
 
 def test_only_the_sendfile_hook_is_replaced() -> None:
     """The smallest override: statuses and headers stay aiohttp's own code (prepare()
-    only chooses where aiohttp's _make_response() runs, and _make_response() only
-    adds the directory's verdict)."""
+    only chooses where aiohttp's _make_response() runs, _make_response() only adds the
+    directory's verdict, and the lookup opens the file before aiohttp stats it)."""
     ours = {k for k, v in vars(FileResponse).items() if callable(v)}
-    assert ours == {"_sendfile", "_prepare_holding_header", "prepare", "_make_response"}
+    assert ours == {
+        "__init__", "_sendfile", "_prepare_holding_header", "prepare", "_prepare",
+        "_make_response", "_get_file_path_stat_encoding", "_get_file_path_stat_and_gzip",
+        "_open_for_response", "_open", "_look_up_gzip", "_prepare_answering_lookup_errors",
+    }  # fmt: skip
     assert callable(getattr(web.FileResponse, "_sendfile", None))
     # aiohttp 3.11 on: the shape the loop path relies on (3.9 and 3.10: their own path).
     assert aiosendfile.aiohttp._ON_LOOP_SHAPE == (AIOHTTP >= (3, 11))
+
+
+# --- confinement: a symlink swapped in while a request is under way ---
+
+RACE_SECONDS = 2.5
+# Swaps each target between a hard link of `inside` and a symlink to `secret`, as
+# fast as it can, for `seconds`: an attacker who can write in the served directory.
+SWAPPER = """
+import os, sys, time
+inside, secret, seconds, *targets = sys.argv[1:]
+deadline = time.monotonic() + float(seconds)
+while time.monotonic() < deadline:
+    for target in targets:
+        parked = os.path.join(os.path.dirname(target), ".parked")
+        os.symlink(secret, parked)
+        os.replace(parked, target)
+        os.link(inside, parked)
+        os.replace(parked, target)
+"""
+
+
+def start_process(code: str, *args: object) -> subprocess.Popen[bytes]:
+    """`python -c code args...`: the attacker, in a process of its own."""
+    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)])
+
+
+def start_swapping(inside: Path, secret: Path, *targets: Path) -> subprocess.Popen[bytes]:
+    for target in targets:
+        os.link(inside, target)
+    return start_process(SWAPPER, inside, secret, RACE_SECONDS, *targets)
+
+
+async def leaks_under_the_race(
+    url: str, targets: list[tuple[str, str]]
+) -> tuple[int, int, set[int]]:
+    """Asks for the targets ((path, Accept-Encoding) pairs) from 8 clients at once
+    while the files are swapped; returns the number of responses, how many carried
+    a byte from outside, and their statuses.  Stops at the first leak."""
+    deadline = time.monotonic() + RACE_SECONDS
+    counts = [0, 0]
+    statuses: set[int] = set()
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        while time.monotonic() < deadline and not counts[1]:
+            for target, encoding in targets:
+                async with session.get(url + target, headers={"Accept-Encoding": encoding}) as r:
+                    body = await r.read()
+                    statuses.add(r.status)
+                counts[0] += 1
+                if b"SECRET" in body:
+                    counts[1] += 1
+
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        await asyncio.gather(*(client(session) for _ in range(8)))
+    return counts[0], counts[1], statuses
+
+
+@pytest.mark.parametrize("how", ["add_static", "file_response"])
+async def test_no_byte_from_outside_while_symlinks_are_swapped(tmp_path: Path, how: str) -> None:
+    """A file and a .gz sibling swapped, over and over, between a file of the served
+    directory and a symlink out of it: no response carries a byte from outside, on
+    the executor path or the loop's.  (aiohttp's own add_static, and ours before,
+    served the outside file: its path is checked, then opened, and the swap lands
+    in between.)"""
+    root = tmp_path / "static"
+    root.mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(b"SECRET\n" * 100)
+    inside = root / "inside.txt"
+    inside.write_bytes(b"inside\n" * 100)
+    (root / "page.txt").write_bytes(b"page\n" * 100)
+    app = web.Application()
+    if how == "add_static":
+        add_static(app.router, "/f", root)
+    else:
+
+        async def handler(request: web.Request) -> web.StreamResponse:
+            return FileResponse(root / request.match_info["name"], directory=root)
+
+        app.router.add_get("/f/{name}", handler)
+    async with serving(app) as (url, _):
+        swapper = start_swapping(inside, secret, root / "target.txt", root / "page.txt.gz")
+        try:
+            asked, leaked, statuses = await leaks_under_the_race(
+                url, [("/f/target.txt", "identity"), ("/f/page.txt", "gzip")]
+            )
+        finally:
+            swapper.kill()
+            swapper.wait()
+    assert leaked == 0, f"{leaked} of {asked} responses carried bytes from outside"
+    # The file, or 404 for a symlink found where the path was checked (or opened).
+    assert statuses <= {200, 404}, statuses
+    assert asked > 100, "too few requests to have met the race"
+
+
+async def test_file_response_beneath_a_directory(tree: tuple[Path, dict[str, bytes]]) -> None:
+    """FileResponse(name, directory=root): the file beneath root, or 404 for a way out
+    (`..`, an absolute path elsewhere) and for any symlink on the path; without
+    `directory`, the path is opened as aiohttp opens it, symlinks followed."""
+    root, contents = tree
+
+    async def confined(request: web.Request) -> web.StreamResponse:
+        return FileResponse(request.query["name"], directory=root)
+
+    async def plain(request: web.Request) -> web.StreamResponse:
+        return FileResponse(root / request.query["name"])
+
+    app = web.Application()
+    app.router.add_get("/confined", confined)
+    app.router.add_get("/plain", plain)
+    outside = str(root.parent / "outside" / "secret.txt")
+    expected = {
+        "small.txt": (200, contents["small.txt"]),
+        "sub/inner.txt": (200, b"inner"),
+        str(root / "mid.bin"): (200, contents["mid.bin"]),  # absolute, under root
+        "../outside/secret.txt": (404, None),
+        outside: (404, None),
+        "link_out": (404, None),
+        "link_in": (404, None),  # a symlink, even one that stays inside
+        "missing.txt": (404, None),
+        "sub": (403, None),  # not a regular file, as aiohttp answers
+    }
+    async with (
+        serving(app) as (url, _),
+        aiohttp.ClientSession(
+            headers={"Accept-Encoding": "identity"}, auto_decompress=False
+        ) as session,
+    ):
+        for name, (status, body) in expected.items():
+            async with session.get(f"{url}/confined", params={"name": name}) as resp:
+                got = await resp.read()
+                assert resp.status == status, name
+                assert body is None or got == body, name
+                assert SECRET not in got
+        gzip = {"Accept-Encoding": "gzip"}
+        async with session.get(f"{url}/confined", params={"name": "small.txt"}, headers=gzip) as r:
+            assert r.headers["Content-Encoding"] == "gzip"
+            assert await r.read() == contents["small.txt.gz"]
+        async with session.get(f"{url}/plain", params={"name": "link_out"}) as resp:
+            assert (resp.status, await resp.read()) == (200, SECRET)
+
+
+async def test_add_static_refuses_a_symlinked_sibling(tmp_path: Path) -> None:
+    """A .gz sibling that is a symlink is never sent (aiohttp skips it by lstat(); the
+    open refuses it too), on both paths: served from the file itself."""
+    root = tmp_path / "static"
+    root.mkdir()
+    (root / "page.txt").write_bytes(b"page")
+    (tmp_path / "secret.gz").write_bytes(b"SECRET")
+    (root / "page.txt.gz").symlink_to(tmp_path / "secret.gz")
+    app = web.Application()
+    add_static(app.router, "/s", root)
+    async with (
+        serving(app) as (url, _),
+        aiohttp.ClientSession(auto_decompress=False) as session,
+    ):
+        for _ in range(3):  # the executor, then the loop
+            async with session.get(f"{url}/s/page.txt", headers={"Accept-Encoding": "gzip"}) as r:
+                assert (r.status, await r.read()) == (200, b"page")
+                assert "Content-Encoding" not in r.headers
+
+
+# Swaps the target between a hard link of `regular` and one of the FIFO `fifo` for
+# `seconds`; then, for as long again, opens the FIFO for writing whenever a reader
+# waits in open(), so that a reader stuck there is let go.
+FIFO_SWAPPER = """
+import os, sys, time
+regular, fifo, target, seconds = sys.argv[1:]
+parked = target + ".parked"
+deadline = time.monotonic() + float(seconds)
+while time.monotonic() < deadline:
+    for source in (fifo, regular):
+        os.link(source, parked)
+        os.replace(parked, target)
+deadline += float(seconds)
+while time.monotonic() < deadline:
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        time.sleep(0.001)  # ENXIO: no reader waits
+"""
+
+
+async def test_a_fifo_swapped_in_never_blocks_the_server(tmp_path: Path) -> None:
+    """A file swapped, over and over, for a FIFO: every response comes at once (the
+    file, or 403), on the executor path and the loop's.  Were the FIFO opened as
+    aiohttp opens a file, the open would wait for a writer: on the loop, the server
+    stops."""
+    root = tmp_path / "static"
+    root.mkdir()
+    (root / "page.txt").write_bytes(b"page\n" * 100)
+    os.mkfifo(tmp_path / "fifo")
+    os.link(root / "page.txt", root / "target.txt")
+    app = web.Application()
+    add_static(app.router, "/f", root)
+    latencies: list[float] = []
+    statuses: set[int] = set()
+    async with serving(app) as (url, _), aiohttp.ClientSession() as session:
+        swapper = start_process(FIFO_SWAPPER, root / "page.txt", tmp_path / "fifo",
+                                root / "target.txt", RACE_SECONDS)  # fmt: skip
+        try:
+            deadline = time.monotonic() + RACE_SECONDS
+            while time.monotonic() < deadline:
+                started = time.monotonic()
+                async with session.get(f"{url}/f/target.txt") as resp:
+                    await resp.read()
+                    statuses.add(resp.status)
+                latencies.append(time.monotonic() - started)
+        finally:
+            swapper.kill()  # a reader stuck in open() was let go by now, if there was one
+            swapper.wait()
+    assert statuses <= {200, 403, 404}, statuses
+    assert max(latencies) < 1.0, f"a response waited {max(latencies):.1f}s"
+    assert len(latencies) > 50, "too few requests to have met the race"
