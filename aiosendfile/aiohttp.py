@@ -263,7 +263,9 @@ class FileResponse(web.FileResponse):
         # (on the loop, or an executor thread for good).
         flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
         if self._beneath is not None:
-            fd = _beneath.open_beneath(self._beneath, _relative(path, self._beneath), flags)
+            # Relative by name only: a `..` where it leads out, refused by the open.
+            relative = os.path.relpath(path, self._beneath)
+            fd = _beneath.open_beneath(self._beneath, relative, flags)
         else:
             fd = os.open(path, flags | (os.O_NOFOLLOW if sibling else 0))
         try:
@@ -423,12 +425,6 @@ class _OpenedPath(pathlib.PosixPath):
 
     def with_segments(self, *pathsegments: Any) -> pathlib.Path:
         return pathlib.Path(*pathsegments)  # paths derived from this one are plain paths
-
-
-def _relative(path: pathlib.Path, directory: str) -> str:
-    """`path` relative to `directory`, by name only (`..` where it leads out: refused
-    by the open beneath)."""
-    return os.path.relpath(path, directory)
 
 
 class StaticResource(web.StaticResource):
