@@ -41,4 +41,3 @@ def blind() -> None:
     8 MiB and sendfile(2) reads cold pages on the loop's thread."""
     ENGINE.loop_budget = ENGINE.min_share = 8 * MiB
     ENGINE.check_cache = False
-
