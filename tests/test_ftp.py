@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ftplib
 import hashlib
+import importlib.util
 import io
 import os
 import re
@@ -17,12 +18,14 @@ import select
 import signal
 import socket
 import ssl
+import stat
 import struct
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import cache, partial
 from pathlib import Path
 
 import pytest
@@ -32,11 +35,14 @@ from .conftest import pattern
 from .subprocesses import env_importing_this_package
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "ftp_server.py"
+CLIENT = EXAMPLE.with_name("ftp_client.py")
 START_TIMEOUT = 30  # seconds for the server to listen
 TIMEOUT = 30  # seconds for any one client operation
 MIB = 1024 * 1024
 HUGE = 64 * MIB  # more than loopback socket buffers hold: a RETR of it cannot end unread
 BIG = 256 * MIB
+UMASK = os.umask(0o022)  # the process's umask, which the server inherits
+os.umask(UMASK)
 
 
 # --- the server process -----------------------------------------------------------------
@@ -217,12 +223,34 @@ def name(request: pytest.FixtureRequest) -> str:
 # --- clients ------------------------------------------------------------------------------
 
 
+@cache
+def reusing_ftp_tls() -> type[ftplib.FTP_TLS]:
+    """examples/ftp_client.py's FTP_TLS, whose data connections resume the control
+    connection's TLS session, as the server requires by default (stock ftplib does not)."""
+    spec = importlib.util.spec_from_file_location("ftp_client", CLIENT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cls: type[ftplib.FTP_TLS] = module.ReusingFTP_TLS
+    return cls
+
+
 @contextlib.contextmanager
 def ftp(
-    server: Server, user: str = "alice", password: str = "pw", tls: ssl.SSLContext | None = None
+    server: Server,
+    user: str = "alice",
+    password: str = "pw",
+    tls: ssl.SSLContext | None = None,
+    *,
+    reuse: bool = True,
 ) -> Iterator[ftplib.FTP]:
-    """A logged-in ftplib client (FTP_TLS with PROT P when given a context)."""
-    client = ftplib.FTP_TLS(context=tls, timeout=TIMEOUT) if tls else ftplib.FTP(timeout=TIMEOUT)
+    """A logged-in ftplib client; with a context, FTP_TLS with PROT P whose data
+    connections resume the control connection's session (`reuse`), or stock FTP_TLS."""
+    client: ftplib.FTP
+    if tls is None:
+        client = ftplib.FTP(timeout=TIMEOUT)
+    else:
+        client = (reusing_ftp_tls() if reuse else ftplib.FTP_TLS)(context=tls, timeout=TIMEOUT)
     try:
         client.connect("127.0.0.1", server.port)
         client.login(user, password)
@@ -280,6 +308,13 @@ def greeted(server: Server) -> socket.socket:
 
 def perm_code(call: Callable[[], object]) -> str:
     with pytest.raises(ftplib.error_perm) as caught:
+        call()
+    return str(caught.value)[:3]
+
+
+def error_code(call: Callable[[], object]) -> str:
+    """The code of the 4xx or 5xx reply `call` raised."""
+    with pytest.raises((ftplib.error_temp, ftplib.error_perm)) as caught:
         call()
     return str(caught.value)[:3]
 
@@ -428,12 +463,12 @@ def test_read_only_user_and_anonymous(server: Server, tree: Path, name: str) -> 
     for user, password in (("bob", "pw"), ("anonymous", "guest@")):
         with ftp(server, user, password) as client:
             assert download(client, "one.bin") == pattern(MIB, seed=1)
-            assert perm_code(lambda c=client: upload(c, name, b"x")) in ("550", "553")
-            assert perm_code(lambda c=client: upload(c, "one.bin", b"x", "APPE")) == "550"
-            assert perm_code(lambda c=client: c.delete("one.bin")) == "550"
-            assert perm_code(lambda c=client: c.mkd("newdir")) == "550"
-            assert perm_code(lambda c=client: c.rmd("sub")) == "550"
-            assert perm_code(lambda c=client: c.sendcmd("RNFR one.bin")) == "550"
+            assert perm_code(partial(upload, client, name, b"x")) in ("550", "553")
+            assert perm_code(partial(upload, client, "one.bin", b"x", "APPE")) == "550"
+            assert perm_code(partial(client.delete, "one.bin")) == "550"
+            assert perm_code(partial(client.mkd, "newdir")) == "550"
+            assert perm_code(partial(client.rmd, "sub")) == "550"
+            assert perm_code(partial(client.sendcmd, "RNFR one.bin")) == "550"
             assert dict(client.mlsd())["one.bin"]["perm"] == "r"
     assert not (root / name).exists() and not (root / "newdir").exists()
     assert (root / "one.bin").stat().st_size == MIB
@@ -497,30 +532,34 @@ def test_curl_ssl_reqd_downloads_and_lists(
 
 def test_curl_ssl_reqd_uploads(
     server: Server, curl: str, tls_files: dict[str, Path], tmp_path: Path, name: str,
-    tree: Path, loop_name: str, request: pytest.FixtureRequest,
+    tree: Path,
 ) -> None:  # fmt: skip
-    if loop_name == "uvloop":
-        # uvloop's TLS transport drops the last records of an upload when the client
-        # sends close_notify and closes at once, as curl does: a plain StreamReader
-        # loses them too (not aiosendfile's doing; ftplib, which waits for the
-        # server's close_notify, is not affected).  Strict: passes once uvloop is fixed.
-        request.applymarker(pytest.mark.xfail(strict=True, reason="uvloop drops TLS data"))
+    """curl sends close_notify with its last records and closes at once (uvloop's TLS
+    transport loses them: uploads there run on asyncio's TLS); several files on one
+    session, each data connection resuming the control connection's TLS session."""
     source = tmp_path / "source.bin"
     source.write_bytes(pattern(MIB, seed=9))
     url = f"ftp://alice:pw@127.0.0.1:{server.port}/{name}"
     tls = ["--ssl-reqd", "--cacert", str(tls_files["ca"])]
+    second = tmp_path / "second.bin"
+    second.write_bytes(pattern(MIB, seed=10))
     try:
+        done = run_curl(curl, *tls, "-T", f"{{{source},{second}}}", url.rsplit("/", 1)[0] + "/")
+        assert done.returncode == 0, done.stderr
+        for path in (source, second):
+            line = server.wait_log(rf"STOR /{path.name} (\d+) bytes [\d.]+ s buffered ok")
+            assert int(line.group(1)) == MIB
+            assert (tree / "root" / path.name).read_bytes() == path.read_bytes()
         done = run_curl(curl, *tls, "-T", str(source), url)
         assert done.returncode == 0, done.stderr
-        line = server.wait_log(rf"STOR /{name} (\d+) bytes [\d.]+ s buffered ok")
-        assert int(line.group(1)) == MIB
-        copy = tmp_path / "copy.bin"
-        done = run_curl(curl, *tls, "-o", str(copy), url)
+        copies = [tmp_path / "copy1.bin", tmp_path / "copy2.bin"]
+        done = run_curl(curl, *tls, "-o", str(copies[0]), url, "-o", str(copies[1]), url)
         assert done.returncode == 0, done.stderr
-        assert copy.read_bytes() == source.read_bytes()
+        assert copies[0].read_bytes() == copies[1].read_bytes() == source.read_bytes()
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            (tree / "root" / name).unlink()
+        for leftover in (name, source.name, second.name):
+            with contextlib.suppress(FileNotFoundError):
+                (tree / "root" / leftover).unlink()
 
 
 def test_tls_required_refuses_plain(strict: Server, client_tls: ssl.SSLContext) -> None:
@@ -530,7 +569,7 @@ def test_tls_required_refuses_plain(strict: Server, client_tls: ssl.SSLContext) 
         assert perm_code(lambda: client.login("alice", "pw")) == "530"
     finally:
         client.close()
-    secure = ftplib.FTP_TLS(context=client_tls, timeout=TIMEOUT)
+    secure = reusing_ftp_tls()(context=client_tls, timeout=TIMEOUT)
     try:
         secure.connect("127.0.0.1", strict.port)
         secure.login("alice", "pw")
@@ -651,3 +690,402 @@ def test_sigterm_stops_it(tree: Path, loop_name: str) -> None:
     finally:
         status = server.stop(signal.SIGTERM)
     assert status == 0, server.log()
+
+
+# --- what a hostile or broken client tries ---------------------------------------------------
+# Each test reproduces a way a client reached outside the root, around --tls-required, tore
+# or shortened a file, or stopped the server, on both loops.
+
+RACE_SECONDS = 2.0  # how long a race runs; the unconfined server lost it within a second
+
+
+def test_symlinks_swapped_by_another_session_never_lead_out(
+    server: Server, tree: Path, name: str
+) -> None:
+    """A link harmless where it is (`sub/up -> ..`: the root) is moved by a second session
+    to the top, where it leads out of the root, and back, as fast as it goes, while a first
+    session uses paths through it.  Nothing outside may be read, made or listed."""
+    root, stem = tree / "root", name.removesuffix(".bin")
+    home, moved = f"{stem}_home", f"{stem}_up"
+    (root / home).mkdir()
+    (root / home / "up").symlink_to("..")
+    before = set(os.listdir(tree))
+    stop = threading.Event()
+    swaps = [0]
+
+    def swap() -> None:
+        with ftp(server) as attacker:
+            while not stop.is_set():
+                for source, target in ((f"{home}/up", moved), (moved, f"{home}/up")):
+                    with contextlib.suppress(ftplib.error_perm):
+                        attacker.sendcmd(f"RNFR {source}")
+                        attacker.sendcmd(f"RNTO {target}")
+                        swaps[0] += 1
+
+    escapes: list[str] = []
+    swapper = threading.Thread(target=swap, daemon=True)
+    try:
+        with ftp(server) as client:
+            assert download(client, f"{home}/up/one.bin") == pattern(MIB, seed=1)  # inside
+            swapper.start()
+            deadline, n = time.monotonic() + RACE_SECONDS, 0
+            while time.monotonic() < deadline and not escapes:
+                n += 1
+                attempts: list[tuple[str, Callable[[], object]]] = [
+                    ("RETR", lambda: download(client, f"{moved}/outside/secret.txt")),
+                    ("SIZE", lambda: client.size(f"{moved}/outside/secret.txt")),
+                    ("MKD", partial(client.mkd, f"{moved}/made{n}")),
+                    ("STOR", partial(upload, client, f"{moved}/put{n}", b"x")),
+                    ("APPE", partial(upload, client, f"{moved}/outside/secret.txt", b"x", "APPE")),
+                    ("CWD", lambda: client.cwd(f"{moved}/outside")),
+                    ("NLST", lambda: client.nlst(f"{moved}/outside")),
+                    ("MLST", lambda: client.sendcmd(f"MLST {moved}/outside/secret.txt")),
+                    ("MDTM", lambda: client.sendcmd(f"MDTM {moved}/outside/secret.txt")),
+                    ("RNFR", lambda: client.sendcmd(f"RNFR {moved}/outside/secret.txt")),
+                    ("DELE", lambda: client.delete(f"{moved}/outside/secret.txt")),
+                ]
+                for verb, attempt in attempts:
+                    try:
+                        escapes.append(f"{verb}: {attempt()!r}")
+                    except ftplib.error_perm:
+                        pass  # refused, or not there at that moment: both fine
+    finally:
+        stop.set()
+        swapper.join(10)
+    assert not escapes, escapes
+    assert swaps[0] > 10, "the swapping session did not get going"
+    assert set(os.listdir(tree)) == before
+    assert os.listdir(tree / "outside") == ["secret.txt"]
+
+
+def fetch_raw(port: int, command: Callable[[], str], send: bytes = b"") -> bytes:
+    """Connects to data port `port` without TLS, runs `command` (the control connection's
+    command that uses the port), sends `send` and reads for a second: what came."""
+    got = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as data:
+        assert command().startswith("150")
+        data.sendall(send)
+        data.settimeout(1)
+        with contextlib.suppress(OSError):
+            while chunk := data.recv(65536):
+                got += chunk
+    return got
+
+
+def test_prot_p_decides_when_the_data_connection_is_used(
+    server: Server, client_tls: ssl.SSLContext, tree: Path, name: str
+) -> None:
+    """A passive port opened before PROT P must not carry a file in clear after it."""
+    with ftp(server, tls=client_tls) as client:
+        assert isinstance(client, ftplib.FTP_TLS)
+        client.sendcmd("TYPE I")
+        client.prot_c()
+        port = int(client.sendcmd("EPSV").split("|")[3])
+        client.prot_p()
+        assert fetch_raw(port, lambda: client.sendcmd("RETR one.bin")) == b""
+        assert error_code(client.voidresp) in ("425", "522")
+        client.prot_c()
+        port = int(client.sendcmd("EPSV").split("|")[3])
+        client.prot_p()
+        fetch_raw(port, lambda: client.sendcmd(f"STOR {name}"), b"cleartext upload")
+        assert error_code(client.voidresp) in ("425", "522")
+        assert download(client, "one.bin") == pattern(MIB, seed=1)  # over TLS, as it must
+    assert not (tree / "root" / name).exists()
+
+
+def test_a_tls_data_port_serves_only_its_own_session(
+    server: Server, client_tls: ssl.SSLContext
+) -> None:
+    """Another connection from the client's address takes the passive port first, with
+    TLS of its own: it must get nothing (the data connection must resume the control
+    connection's TLS session, RFC 4217 section 10)."""
+    with ftp(server, tls=client_tls) as client:
+        client.sendcmd("TYPE I")
+        port = int(client.sendcmd("EPSV").split("|")[3])
+        raw = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+        thief = client_tls.wrap_socket(
+            raw, server_hostname="127.0.0.1", do_handshake_on_connect=False
+        )
+        got = b""
+        with thief:
+            assert client.sendcmd("RETR one.bin").startswith("150")
+            with contextlib.suppress(OSError):  # ssl.SSLError is one
+                thief.do_handshake()
+                while chunk := thief.recv(65536):
+                    got += chunk
+        assert got == b""
+        assert error_code(client.voidresp) == "522"
+        # That connection holds a TLS session of this session's context now: the session
+        # ends, for it could not tell the client's data connections from that one's.
+        with pytest.raises((EOFError, OSError)):
+            client.voidcmd("NOOP")
+    with ftp(server, tls=client_tls) as client:
+        assert download(client, "one.bin") == pattern(MIB, seed=1)
+
+
+def test_stock_ftplib_and_session_reuse(
+    tree: Path, loop_name: str, tls_files: dict[str, Path], client_tls: ssl.SSLContext
+) -> None:
+    """Python's ftplib does not resume the control connection's session on data
+    connections: refused by default, served with --no-tls-session-reuse."""
+    args = ["--root", str(tree / "root"), "--loop", loop_name, "--user", "alice:pw"]
+    with running([*args, *tls_args(tls_files)]) as strict_reuse:
+        with ftp(strict_reuse, tls=client_tls, reuse=False) as stock:
+            with pytest.raises((ftplib.error_perm, OSError)):  # 522, or the reset first
+                download(stock, "one.bin")
+    with running([*args, *tls_args(tls_files), "--no-tls-session-reuse"]) as lenient:
+        with ftp(lenient, tls=client_tls, reuse=False) as stock:
+            assert download(stock, "one.bin") == pattern(MIB, seed=1)
+
+
+def test_the_ftp_client_example(server: Server, tls_files: dict[str, Path], tmp_path: Path) -> None:
+    """examples/ftp_client.py, ftplib resuming the session, as a user runs it."""
+    copy = tmp_path / "copy.bin"
+    done = subprocess.run(
+        [sys.executable, str(CLIENT), "--cafile", str(tls_files["ca"]),
+         f"ftp://alice:pw@127.0.0.1:{server.port}/sub/inner.txt", str(copy)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert copy.read_bytes() == b"inner\n"
+    server.wait_log(r"RETR /sub/inner.txt 6 bytes [\d.]+ s buffered ok")
+
+
+def send_tls_at_once(
+    sock: socket.socket, context: ssl.SSLContext, session: ssl.SSLSession | None, data: bytes
+) -> None:
+    """Sends `data` over TLS as curl ends an upload: its last records and close_notify in
+    one write, then FIN; then reads to the end."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1", session=session)
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            sock.sendall(outgoing.read())
+            chunk = sock.recv(65536)
+            assert chunk, "the server closed during the handshake"
+            incoming.write(chunk)
+    tls.write(data)
+    with contextlib.suppress(ssl.SSLWantReadError):  # close_notify, not waiting for theirs
+        tls.unwrap()
+    sock.sendall(outgoing.read())
+    sock.shutdown(socket.SHUT_WR)
+    with contextlib.suppress(OSError):
+        while sock.recv(65536):
+            pass
+
+
+def test_ftps_upload_with_close_notify_in_its_last_segment(
+    server: Server, client_tls: ssl.SSLContext, tree: Path, name: str, loop_name: str
+) -> None:
+    """uvloop's TLS transport loses records that arrive with close_notify: never a short
+    file answered 226."""
+    data = pattern(4 * MIB, seed=13)
+    with ftp(server, tls=client_tls) as client:
+        client.sendcmd("TYPE I")
+        port = int(client.sendcmd("EPSV").split("|")[3])
+        with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as sock:
+            assert client.sendcmd(f"STOR {name}").startswith("150")
+            assert isinstance(client.sock, ssl.SSLSocket)
+            send_tls_at_once(sock, client_tls, client.sock.session, data)
+        assert client.voidresp().startswith("226")
+    try:
+        assert (tree / "root" / name).read_bytes() == data
+    finally:
+        (tree / "root" / name).unlink()
+    if loop_name == "uvloop":
+        server.wait_log(r"uvloop: FTPS uploads run on asyncio's TLS")
+
+
+def test_ftps_upload_cut_without_close_notify(
+    server: Server, client_tls: ssl.SSLContext, tree: Path, name: str
+) -> None:
+    """A TLS data connection whose TCP connection ends with no close_notify may have been
+    cut anywhere: 426, and nothing stored."""
+    with ftp(server, tls=client_tls) as client:
+        client.sendcmd("TYPE I")
+        conn = client.transfercmd(f"STOR {name}")
+        with conn:
+            conn.sendall(pattern(MIB // 2))
+            conn.shutdown(socket.SHUT_WR)  # FIN without close_notify (it drops TLS first)
+            with contextlib.suppress(OSError):
+                while conn.recv(65536):
+                    pass
+        assert error_code(client.voidresp) == "426"
+    assert not (tree / "root" / name).exists()
+
+
+def test_a_download_during_an_upload_gets_a_whole_file(
+    server: Server, tree: Path, name: str
+) -> None:
+    old, new = pattern(2 * MIB, seed=21), pattern(2 * MIB, seed=22)
+    with ftp(server) as writer, ftp(server) as reader:
+        upload(writer, name, old)
+        with writer.transfercmd(f"STOR {name}") as conn:
+            conn.sendall(new[:MIB])
+            assert download(reader, name) == old
+            conn.sendall(new[MIB:])
+        assert writer.voidresp().startswith("226")
+        assert download(reader, name) == new
+        writer.delete(name)
+
+
+def test_a_failed_upload_leaves_the_old_file(server: Server, tree: Path, name: str) -> None:
+    old = pattern(MIB, seed=25)
+    with ftp(server) as client:
+        upload(client, name, old)
+        (tree / "root" / name).chmod(0o600)
+        conn = client.transfercmd(f"STOR {name}")
+        conn.sendall(pattern(MIB // 2, seed=26))
+        reset(conn)
+        assert error_code(client.voidresp) == "426"
+        assert download(client, name) == old
+        upload(client, name, b"new")  # a whole upload replaces it, keeping its mode
+        assert stat.S_IMODE((tree / "root" / name).stat().st_mode) == 0o600
+        client.delete(name)
+        upload(client, name, b"new")  # a new file: 0666 & ~umask
+        assert stat.S_IMODE((tree / "root" / name).stat().st_mode) == 0o666 & ~UMASK
+        client.delete(name)
+    leftovers = [p for p in os.listdir(tree / "root") if p.startswith(".upload-")]
+    assert not leftovers
+
+
+def test_two_uploads_of_one_file(server: Server, tree: Path, name: str) -> None:
+    first_data, second_data = pattern(2 * MIB, seed=23), pattern(2 * MIB, seed=24)
+    with ftp(server) as first, ftp(server) as second:
+        with first.transfercmd(f"STOR {name}") as conn:
+            conn.sendall(first_data[:MIB])
+            try:
+                with second.transfercmd(f"STOR {name}") as other:
+                    other.sendall(second_data)
+                second_stored = second.voidresp().startswith("226")
+            except ftplib.error_temp as exc:
+                assert str(exc).startswith("450"), exc  # busy: one upload per file
+                second_stored = False
+            for verb in ("APPE", "STOR"):
+                assert error_code(partial(upload, second, name, b"x", verb)) == "450"
+            conn.sendall(first_data[MIB:])
+        assert first.voidresp().startswith("226")
+        content = (tree / "root" / name).read_bytes()
+        assert content == first_data or (second_stored and content == second_data)
+        first.delete(name)
+
+
+def test_a_fifo_in_the_root(server: Server, tree: Path, name: str) -> None:
+    """RETR, STOR or APPE of a FIFO nobody writes used to hold a worker thread in open()
+    for good; after a few, every session hung and SIGTERM was ignored."""
+    fifo = tree / "root" / f"{name}.fifo"
+    os.mkfifo(fifo)
+    try:
+        with ftp(server) as client:
+            assert client.sock is not None
+            client.sock.settimeout(3)
+            for _ in range(8):  # more than the default executor has threads here
+                assert perm_code(lambda: download(client, fifo.name)) == "550"
+            for verb in ("STOR", "APPE"):
+                assert perm_code(partial(upload, client, fifo.name, b"x", verb)) == "550"
+            assert perm_code(lambda: client.size(fifo.name)) == "550"
+            assert fifo.name in client.nlst()
+            assert client.voidcmd("NOOP").startswith("200")
+    finally:
+        release_fifo(fifo)
+        fifo.unlink()
+
+
+def release_fifo(fifo: Path) -> None:
+    """Opens `fifo` for reading and for writing, to free whoever waits to open the other end."""
+    for flags in (os.O_WRONLY, os.O_RDONLY):
+        with contextlib.suppress(OSError):  # ENXIO: no reader waiting
+            os.close(os.open(fifo, flags | os.O_NONBLOCK))
+
+
+def test_a_client_that_reads_no_replies_is_dropped(strict: Server) -> None:
+    """Commands sent and never a reply read: drain() used to wait for it for good,
+    holding the session and its per-address slot."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", strict.port))
+        sock.settimeout(5)
+        with contextlib.suppress(TimeoutError):  # FEAT: ~30 bytes of reply per byte sent
+            sock.sendall(b"FEAT\r\n" * 100_000)
+        deadline = time.monotonic() + 10  # the server logs each FEAT it takes: a while
+        while True:  # both of the address's slots free at once (idle ones end after 1 s)
+            with socket.create_connection(("127.0.0.1", strict.port), timeout=TIMEOUT) as one:
+                with socket.create_connection(("127.0.0.1", strict.port), timeout=TIMEOUT) as two:
+                    greetings = [one.recv(1024)[:3], two.recv(1024)[:3]]
+            if greetings == [b"220", b"220"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert greetings == [b"220", b"220"]
+
+
+def test_a_tls_handshake_that_never_starts_is_dropped(strict: Server) -> None:
+    with greeted(strict) as sock:
+        sock.sendall(b"AUTH TLS\r\n")
+        assert sock.recv(1024).startswith(b"234")
+        sock.settimeout(10)
+        started = time.monotonic()
+        with contextlib.suppress(ConnectionResetError):
+            assert sock.recv(1024) == b""
+        assert time.monotonic() - started < 5  # the idle timeout is 1 s
+
+
+def test_noop_then_abor_during_a_transfer(server: Server) -> None:
+    """The control connection is read while a transfer runs: NOOP is answered at once,
+    ABOR after it is seen, and other commands wait for the transfer's end."""
+    with ftp(server) as client:
+        assert client.sock is not None
+        client.sock.settimeout(5)
+        with client.transfercmd("RETR huge.bin") as conn:
+            assert conn.recv(65536)
+            assert client.sendcmd("NOOP").startswith("200")
+            client.putcmd("PWD")  # waits for the transfer
+            assert client.abort().startswith("426")
+        assert client.getresp().startswith("226")
+        assert client.getresp().startswith("257")
+        assert client.voidcmd("NOOP").startswith("200")
+
+
+def test_bad_numbers_are_refused(server: Server, tree: Path, name: str) -> None:
+    with ftp(server) as client:
+        bad = ["REST \u00b2", "REST -1", f"REST {2**63}", "REST 1e3", "PORT 127,0,0,1,1",
+               "PORT 127,0,0,1,\u00b2,1", "EPRT |1|127.0.0.1|\u00b2|"]  # fmt: skip
+        for command in bad:  # "\u00b2" (superscript two) passes str.isdigit()
+            assert perm_code(partial(client.sendcmd, command)) == "501", command
+        assert client.voidcmd("NOOP").startswith("200")  # the session goes on
+        for rest in (MIB + 1, 10**13, 2**63 - 1):  # past the end: 554, before anything
+            assert perm_code(partial(download, client, "one.bin", rest)) == "554"
+            with pytest.raises(ftplib.error_perm, match=r"^554"):
+                client.storbinary(f"STOR {name}", io.BytesIO(b"x"), rest=rest)
+        assert not (tree / "root" / name).exists()
+        with pytest.raises(ftplib.error_temp, match=r"^425"):  # no PASV, no PORT
+            assert client.sendcmd(f"STOR {name}").startswith("150")
+            client.voidresp()
+    assert not (tree / "root" / name).exists()  # a refused STOR makes no file
+
+
+def test_connections_reset_at_once_leave_no_traceback(server: Server) -> None:
+    for _ in range(100):
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        reset(sock)
+    greeted(server).close()  # once the server has seen them all go
+    with ftp(server) as client:
+        assert client.voidcmd("NOOP").startswith("200")
+    assert not [line for line in server.log() if "Traceback" in line], server.log()[-30:]
+
+
+def test_port_in_use_is_one_line(tree: Path, loop_name: str) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, str(EXAMPLE), "--root", str(tree / "root"), "--port", str(port),
+             "--loop", loop_name, "--anonymous"],
+            capture_output=True, text=True, timeout=60, env=env_importing_this_package(),
+        )  # fmt: skip
+    assert done.returncode != 0
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert f"127.0.0.1:{port}" in lines[0] and "Address already in use" in lines[0]
