@@ -30,7 +30,6 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 MAX_SYMLINKS = 40  # symlinks followed in one path, the kernel's own limit (ELOOP)
-DIRECTORY = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # Non-blocking, so that a FIFO or a device cannot hold a worker thread in open().
 READ_ANY = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -70,7 +69,7 @@ class Root:
     """The served directory, held open; every path is resolved from its descriptor."""
 
     def __init__(self, path: str) -> None:
-        self.fd = os.open(path, DIRECTORY)
+        self.fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # a link: followed
         # Files being uploaded to, as (device, directory inode, name), claimed by workers.
         self._uploading: set[tuple[int, int, str]] = set()
         self._lock = threading.Lock()
@@ -84,8 +83,6 @@ class Root:
         With `follow`, a symlink there is followed (and so is the one it names...): the
         name is then what the link leads to, and "." when that is a directory reached by
         "..".  The root itself is (root, ".")."""
-        if "\0" in vpath:
-            raise OSError(errno.EINVAL, "Bad file name")
         dir_fd, name = self._walk(vpath, follow)
         try:
             yield dir_fd, name
@@ -93,6 +90,8 @@ class Root:
             os.close(dir_fd)
 
     def _walk(self, vpath: str, follow: bool) -> tuple[int, str]:
+        if "\0" in vpath:  # os would raise ValueError
+            raise OSError(errno.EINVAL, "Bad file name")
         todo = [part for part in reversed(vpath.split("/")) if part]  # the next one last
         dirs = [os.dup(self.fd)]  # the directories walked through: ".." goes back one
         links = 0
@@ -175,13 +174,13 @@ class Root:
             os.close(fd)
         try:
             out = []
-            for entry in sorted(os.listdir(listed)):
+            for child in sorted(os.listdir(listed)):
                 with contextlib.suppress(OSError):  # gone meanwhile
-                    st = os.stat(entry, dir_fd=listed, follow_symlinks=False)
+                    st = os.stat(child, dir_fd=listed, follow_symlinks=False)
                     if stat.S_ISLNK(st.st_mode):
                         with contextlib.suppress(OSError):  # outside, dangling: the link
-                            st = self.stat(posixpath.join(vpath, entry))
-                    out.append((entry, st))
+                            st = self.stat(posixpath.join(vpath, child))
+                    out.append((child, st))
             return out
         finally:
             os.close(listed)

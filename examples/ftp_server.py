@@ -67,6 +67,7 @@ BAD_PASSWORD_DELAY = 0.5  # seconds before a 530 for a wrong password: slows gue
 LINE_LIMIT = 8192  # bytes in one command line
 MAX_DEFERRED = 16  # commands read during a transfer and kept for its end
 OFFSET_LIMIT = 2**63  # REST: a file offset (off_t) is below this
+CLOSE_TIMEOUT = 5.0  # seconds a closing control connection gets for its last replies
 
 
 @dataclass
@@ -217,7 +218,8 @@ class PassiveListener:
     async def take(self, timeout: float) -> socket.socket:
         """The connection, now the caller's; the listener is gone either way."""
         try:
-            return await asyncio.wait_for(asyncio.shield(self.accepted), timeout)
+            async with asyncio.timeout(timeout):
+                return await asyncio.shield(self.accepted)
         except BaseException:
             self.discard()
             raise
@@ -328,7 +330,8 @@ async def close_data(writer: asyncio.StreamWriter, timeout: float) -> None:
     close_notify); aborts it if that takes longer than `timeout`."""
     writer.close()
     try:
-        await asyncio.wait_for(writer.wait_closed(), timeout)
+        async with asyncio.timeout(timeout):
+            await writer.wait_closed()
     except (OSError, ssl.SSLError, TimeoutError):
         writer.transport.abort()
 
@@ -452,13 +455,18 @@ class Session:
         if not self.writer.is_closing():
             self.writer.write(data.encode("utf-8", "surrogateescape"))
 
-    async def flush(self) -> bool:
+    async def flush(self, timeout: float | None = None) -> bool:
         """Waits until the client takes the replies (down to the transport's high-water
-        mark); False, and the connection aborted, if it does not within the idle timeout."""
+        mark); False, and the connection aborted, if it does not within `timeout` (by
+        default the idle timeout).  (asyncio.timeout(), not wait_for(): on 3.11 wait_for()
+        drops a cancellation that comes as the drain ends, and the session then outlives
+        the server's shutdown.)"""
+        timeout = self.config.idle_timeout if timeout is None else timeout
         try:
-            await asyncio.wait_for(self.writer.drain(), self.config.idle_timeout)
+            async with asyncio.timeout(timeout):
+                await self.writer.drain()
         except TimeoutError:
-            log.info("%s dropped: replies unread for %g s", self.client, self.config.idle_timeout)
+            log.info("%s dropped: replies unread for %g s", self.client, timeout)
             self.writer.transport.abort()
             return False
         except (OSError, ssl.SSLError):
@@ -525,10 +533,11 @@ class Session:
                 reading.cancel()
             await self.stop_transfer()
             self.drop_data_port()
-            await self.flush()
+            await self.flush(CLOSE_TIMEOUT)
             self.writer.close()
             with contextlib.suppress(OSError, ssl.SSLError, TimeoutError):
-                await asyncio.wait_for(self.writer.wait_closed(), 5)
+                async with asyncio.timeout(CLOSE_TIMEOUT):
+                    await self.writer.wait_closed()
 
     def answers_at_once(self, line: str) -> bool:
         """Whether a command read during a transfer is handled now: ABOR, and NOOP when
@@ -612,7 +621,8 @@ class Session:
         if not await self.flush():
             return
         try:  # start_server()'s protocol has a connected callback: this is the server side
-            await asyncio.wait_for(self.writer.start_tls(context), self.config.idle_timeout)
+            async with asyncio.timeout(self.config.idle_timeout):
+                await self.writer.start_tls(context)
         except (OSError, ssl.SSLError, TimeoutError):
             self.closing = True  # no handshake: nothing more can be said on this connection
             return
@@ -821,7 +831,8 @@ class Session:
             if passive is not None:
                 sock = await passive.take(timeout)
             elif active is not None:
-                sock = await asyncio.wait_for(connect_active(active, self.local_ip), timeout)
+                async with asyncio.timeout(timeout):
+                    sock = await connect_active(active, self.local_ip)
             else:
                 raise FTPError(425, "Send PASV or EPSV first.")
         except (OSError, TimeoutError) as exc:
@@ -892,7 +903,6 @@ class Session:
             log.info("%s %s %s %s %d bytes %.3f s %s %s", self.client, self.user,
                      transfer.verb, transfer.vpath, moved, time.monotonic() - started, way,
                      outcome)  # fmt: skip
-            await self.flush()
 
     async def stop_transfer(self) -> bool:
         """Cancels a transfer under way and waits for it; False if none was."""

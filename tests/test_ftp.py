@@ -683,13 +683,25 @@ def test_connections_per_ip_and_idle_timeouts(strict: Server, client_tls: ssl.SS
 
 
 def test_sigterm_stops_it(tree: Path, loop_name: str) -> None:
+    """Also while a client reads none of its replies: their last flush is bounded too."""
     server = Server(["--root", str(tree / "root"), "--loop", loop_name, "--anonymous"])
+    stuck = socket.socket()
     try:
         with ftp(server, "anonymous", "x") as client:
             assert client.nlst("sub") == ["inner.txt"]
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stuck.connect(("127.0.0.1", server.port))
+        stuck.settimeout(5)
+        with contextlib.suppress(TimeoutError):
+            stuck.sendall(b"FEAT\r\n" * 50_000)
+        server.wait_log(r"-> FEAT")
     finally:
+        started = time.monotonic()
         status = server.stop(signal.SIGTERM)
-    assert status == 0, server.log()
+        stopping = time.monotonic() - started
+        stuck.close()
+    assert status == 0, server.log()[-20:]
+    assert stopping < 8
 
 
 # --- what a hostile or broken client tries ---------------------------------------------------
@@ -1055,6 +1067,9 @@ def test_bad_numbers_are_refused(server: Server, tree: Path, name: str) -> None:
         for command in bad:  # "\u00b2" (superscript two) passes str.isdigit()
             assert perm_code(partial(client.sendcmd, command)) == "501", command
         assert client.voidcmd("NOOP").startswith("200")  # the session goes on
+        for command in ("SIZE a\0b", "MKD a\0b", "RNFR a\0b", "CWD a\0b"):
+            assert perm_code(partial(client.sendcmd, command)) == "550", command
+        assert perm_code(partial(upload, client, "a\0b", b"x")) == "550"
         for rest in (MIB + 1, 10**13, 2**63 - 1):  # past the end: 554, before anything
             assert perm_code(partial(download, client, "one.bin", rest)) == "554"
             with pytest.raises(ftplib.error_perm, match=r"^554"):
