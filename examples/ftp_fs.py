@@ -265,12 +265,12 @@ class Upload:
         """Makes the temporary file.  What the present file holds before the upload is
         copied into it first: all of it (APPE), or its first `rest` bytes (REST, STOR);
         a restart point past its end is RestartPastEnd."""
+        keeps = append or rest > 0
+        # Opened only when bytes are kept: a file this process may not read can still be
+        # replaced whole, as the directory allows.
+        present = self._open_present() if keeps else None
         try:
-            present: int | None = os.open(self.name, READ_ANY, dir_fd=self.dir_fd)
-        except FileNotFoundError:
-            present = None
-        try:
-            st = os.fstat(present) if present is not None else None
+            st = os.fstat(present) if present is not None else self._stat_present()
             if st is not None and not stat.S_ISREG(st.st_mode):
                 raise NotRegularFile()
             size = st.st_size if st is not None else 0
@@ -283,6 +283,18 @@ class Upload:
         finally:
             if present is not None:
                 os.close(present)
+
+    def _open_present(self) -> int | None:
+        try:
+            return os.open(self.name, READ_ANY, dir_fd=self.dir_fd)
+        except FileNotFoundError:
+            return None
+
+    def _stat_present(self) -> os.stat_result | None:
+        try:
+            return os.stat(self.name, dir_fd=self.dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
 
     def _create(self, mode: int | None) -> BinaryIO:
         """A new file under a temporary name: 0666 & ~umask as open() makes files, or
