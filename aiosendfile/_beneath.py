@@ -12,29 +12,14 @@ O_NOFOLLOW.
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import functools
 import os
-from typing import Any
 
-# openat2(2): syscall 437 on every architecture; glibc has no wrapper.
-_NR_OPENAT2 = 437
-_RESOLVE_NO_SYMLINKS = 0x04
-_RESOLVE_BENEATH = 0x08
+from . import _openat2
+
 # False once openat2 is found missing (Linux < 5.6, or a seccomp filter that
 # answers ENOSYS): the walk takes over.
 _have_openat2 = True
-
-
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
-                ("resolve", ctypes.c_uint64)]  # fmt: skip
-
-
-@functools.cache
-def _syscall() -> Any:
-    return ctypes.CDLL(None, use_errno=True).syscall
 
 
 def open_beneath(directory: str, path: str, flags: int) -> int:
@@ -48,7 +33,7 @@ def open_beneath(directory: str, path: str, flags: int) -> int:
     dirfd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         if _have_openat2:
-            fd = _openat2(dirfd, path, flags | os.O_CLOEXEC)
+            fd = _openat2_beneath(dirfd, path, flags | os.O_CLOEXEC)
             if fd is not None:
                 return fd
         return open_walking(dirfd, path, flags | os.O_CLOEXEC)
@@ -56,26 +41,22 @@ def open_beneath(directory: str, path: str, flags: int) -> int:
         os.close(dirfd)
 
 
-def _openat2(dirfd: int, path: str, flags: int) -> int | None:
+def _openat2_beneath(dirfd: int, path: str, flags: int) -> int | None:
     """openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS); None where the kernel has none."""
     global _have_openat2
-    encoded = os.fsencode(path)
-    if b"\0" in encoded:
-        raise ValueError("embedded null byte")
-    how = _OpenHow(flags, 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS)
-    while True:
-        fd: int = _syscall()(
-            ctypes.c_long(_NR_OPENAT2), ctypes.c_long(dirfd), ctypes.c_char_p(encoded),
-            ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)),
-        )  # fmt: skip
-        if fd >= 0:
-            return fd
-        code = ctypes.get_errno()
-        if code == errno.ENOSYS:
-            _have_openat2 = False
-            return None
-        if code != errno.EINTR:
-            raise OSError(code, os.strerror(code), path)
+    resolve = _openat2.RESOLVE_BENEATH | _openat2.RESOLVE_NO_SYMLINKS
+    try:
+        return _openat2.openat2(dirfd, os.fsencode(path), flags, resolve)
+    except OSError as exc:
+        if exc.errno != errno.ENOSYS:
+            raise OSError(exc.errno, exc.strerror, path) from None
+    except AttributeError:  # no syscall() in this libc
+        pass
+    _have_openat2 = False
+    return None
+
+
+_DIRECTORY_STEP = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def open_walking(dirfd: int, path: str, flags: int) -> int:
@@ -90,8 +71,7 @@ def open_walking(dirfd: int, path: str, flags: int) -> int:
     here = dirfd
     try:
         for part in directories:
-            step = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                           dir_fd=here)  # fmt: skip
+            step = os.open(part, _DIRECTORY_STEP, dir_fd=here)
             if here != dirfd:
                 os.close(here)
             here = step

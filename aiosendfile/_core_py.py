@@ -22,6 +22,8 @@ import termios
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from . import _openat2
+
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
@@ -449,19 +451,6 @@ def _socket_readable(fd: int) -> bool:
     return bool(revents & (select.POLLIN | select.POLLHUP))
 
 
-# openat2(2) (Linux >= 5.12 for RESOLVE_CACHED; syscall 437 on every architecture):
-# mirrors csrc/open_linux.c, through libc's syscall() since glibc has no wrapper.
-_NR_OPENAT2 = 437
-_RESOLVE_NO_XDEV = 0x01
-_RESOLVE_CACHED = 0x20
-_AT_FDCWD = -100
-
-
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
-                ("resolve", ctypes.c_uint64)]  # fmt: skip
-
-
 def open_cached(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], flags: int) -> int:
     """Opens `path` only if resolving it waits for nothing: openat2(2) with RESOLVE_CACHED.
 
@@ -473,28 +462,25 @@ def open_cached(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], flags
     encoded = os.fsencode(path)
     if b"\0" in encoded:
         raise ValueError("embedded null byte")
-    if _libc is None or not hasattr(_libc, "syscall") or not hasattr(os, "O_PATH"):
+    if not _openat2.available():
         raise _os_error("openat2", errno.ENOSYS)
     head, slash, name = encoded.rpartition(b"/")
-    dirfd = _AT_FDCWD
+    dirfd = _openat2.AT_FDCWD
     if slash:
-        dirfd = _openat2(_AT_FDCWD, head or b"/", os.O_PATH | os.O_DIRECTORY, 0)
+        dirfd = _open_cached_at(_openat2.AT_FDCWD, head or b"/", os.O_PATH | os.O_DIRECTORY, 0)
     try:
-        return _openat2(dirfd, name, flags, _RESOLVE_NO_XDEV)
+        return _open_cached_at(dirfd, name, flags, _openat2.RESOLVE_NO_XDEV)
     finally:
-        if dirfd != _AT_FDCWD:
+        if dirfd != _openat2.AT_FDCWD:
             os.close(dirfd)
 
 
-def _openat2(dirfd: int, path: bytes, flags: int, resolve: int) -> int:
-    how = _OpenHow(flags | os.O_CLOEXEC, 0, _RESOLVE_CACHED | resolve)
-    while True:
-        fd: int = _libc.syscall(
-            ctypes.c_long(_NR_OPENAT2), ctypes.c_long(dirfd), ctypes.c_char_p(path),
-            ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)),
-        )  # fmt: skip
-        if fd >= 0:
-            return fd
-        code = ctypes.get_errno()
-        if code != errno.EINTR:
-            raise _os_error("openat2", code)
+def _open_cached_at(dirfd: int, path: bytes, flags: int, resolve: int) -> int:
+    return _call(
+        "openat2",
+        _openat2.openat2,
+        dirfd,
+        path,
+        flags | os.O_CLOEXEC,
+        _openat2.RESOLVE_CACHED | resolve,
+    )
