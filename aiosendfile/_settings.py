@@ -25,7 +25,7 @@ class EngineSettings:
     # A step that may move this many bytes runs under TCP_CORK (nginx's tcp_nopush):
     # full-sized segments, the last partial one pushed as the step ends.  Smaller
     # steps go uncorked: their two extra setsockopt calls cost more than they save
-    # (the README's "Which path is taken" has the figures).
+    # (docs/usage.md, "Which path is taken", has the figures).
     cork_min: int = 512 * 1024
     # receive()'s pipes (F_SETPIPE_SZ): each splice(2) from a socket fills at most
     # one pipe's worth, and the default 64 KiB pipe holds 16 socket buffers, often

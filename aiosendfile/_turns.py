@@ -1,4 +1,4 @@
-"""One send at a time per transport, in call order (the README's send() contract, "Concurrency").
+"""One send at a time per transport, in call order (send()'s docstring, "Concurrency").
 
 A FIFO of futures per transport, held only while a send runs or waits, so
 idle transports cost nothing and nothing outlives them.  (uvloop transports

@@ -253,7 +253,7 @@ async def _send_in_turn(
     try:
         await _run(transfer, choice, fallback)
     except ConnectionError:
-        transport.abort()  # README, "Peer gone": a broken stream is closed
+        transport.abort()  # send()'s docstring, "Peer gone": a broken stream is closed
         raise
     finally:
         source.set_position(transfer.position)

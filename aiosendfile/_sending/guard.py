@@ -11,7 +11,7 @@ shadow a method (the stock loop's transports, plain and TLS), otherwise the
 StreamWriter (uvloop's transports are C types).  A write straight to a uvloop
 transport during a send cannot be stopped that way (the zero-copy engine cuts
 the stream when it finds such bytes queued: zerocopy.refuse_foreign_write); the
-README says so.  The send's own writes go through the class's method
+docs/usage.md says so.  The send's own writes go through the class's method
 (`Flow.write`), past the shadow.
 """
 

@@ -2,8 +2,8 @@
 
 Most responses of a busy server are small files the page cache already holds,
 and for them send()'s general path (every kind of file and writer, the engine,
-the residency window) costs more CPU than the kernel's work (the README's
-"Which path is taken" has the figures).  send() checks its arguments once; this
+the residency window) costs more CPU than the kernel's work (docs/usage.md,
+"Which path is taken", has the figures).  send() checks its arguments once; this
 route then recognises the common case by exact types alone and hands the whole
 response to one core call, which checks the file (fstat), its residency
 (cachestat) and sends header + file (sendto MSG_MORE, sendfile).
