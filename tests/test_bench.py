@@ -376,7 +376,7 @@ def _tables(markdown: str) -> list[tuple[str, list[list[str]]]]:
 FTP_ROWS = [name for name, row in REGISTRY.items() if isinstance(row, ftp.FtpRow)]
 FTP_SIZE = 4 << 20
 # uvloop's TLS transport loses the end of an upload whose client closes at once (curl):
-# the README's FTP example says so, and the bench must report it as that row's error.
+# docs/ftp.md says so, and the bench must report it as that row's error.
 UVLOOP_TLS_SHORT = ("ftp-upload", "tls-ftp-example-uvloop", "uvloop's TLS transport loses")
 # The bench as if pyftpdlib and aioftp were not installed, and aiosendfile not in a checkout
 # (installed from a wheel: no examples/ beside it).

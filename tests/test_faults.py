@@ -103,7 +103,7 @@ async def test_send_cancel_peer_not_reading(
 
 def _guard_reaches(conn: Connection, writer_kind: str) -> None:
     if writer_kind == "transport" and not hasattr(conn.transport, "__dict__"):
-        # README, "Concurrency": a write straight to a uvloop transport cannot be stopped.
+        # send()'s docstring, "Concurrency": a direct write to a uvloop transport cannot be stopped.
         pytest.skip("uvloop's transports are C types whose write() cannot be shadowed")
 
 

@@ -6,7 +6,7 @@
   had every byte), every byte checked, the counts adding up to it;
 - aiosendfile.send() and aiosendfile.receive() over real loopback TCP sockets on
   asyncio and uvloop, every byte checked, the return value and file position as the
-  README promises.
+  docstrings promise.
 
 Each property is bounded (max_examples, sizes) to stay under ~20 s; deadline=None,
 as a step's time depends on the machine's load.

@@ -107,7 +107,7 @@ HEADER_FORMS = {
     "bytearray": (bytearray(b"GET"), bytearray(b"END")),
     "memoryview": (memoryview(b"xGETx")[1:4], memoryview(b"END")),
     "list": ([b"G", bytearray(b"E"), memoryview(b"T")], (b"E", b"ND")),
-    # Any bytes-like object (the buffer protocol), as the README says: not only bytes.
+    # Any bytes-like object (the buffer protocol), as send()'s docstring says: not only bytes.
     "array": (array.array("B", b"GET"), [array.array("b", b"EN"), mmap_of(b"D")]),
     "mmap": (mmap_of(b"GET"), mmap_of(b"END")),
     "empty-list": ([], []),

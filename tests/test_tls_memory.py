@@ -65,7 +65,7 @@ def test_stalled_tls_downloads_hold_little(loop_name: str) -> None:
 
 
 # With the kernel's default buffers (autotuned to a few MiB) and a file far larger: the
-# figure the README gives per stalled TLS download.
+# figure docs/reliability.md gives per stalled TLS download.
 DEFAULT_BUFFERS_BOUND_KIB = 64
 
 

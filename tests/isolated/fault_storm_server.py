@@ -10,7 +10,7 @@ thread and in the disk workers alike.  One request per connection, a line:
   D ID NAME ACTION DELAY   send FILES_DIR/NAME (an open file object):
       full   - once;
       cancel - cancel the send after DELAY s, then send the rest from file.tell()
-               on the same connection (README: the transport stays open with the
+               on the same connection (send()'s docstring: the transport stays open with the
                file partly sent, file.tell() says how far);
       close  - another task closes the transport after DELAY s.
   U ID SEED SIZE TARGET ACTION DELAY   receive SIZE bytes into a new file on TARGET
