@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import os
+import select
 import shutil
 import signal
 import socket
 import ssl
 import struct
+import termios
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -29,6 +32,9 @@ import uvloop
 import aiosendfile
 from aiosendfile import _core
 from aiosendfile._receiving.zerocopy import PIPES
+
+from .disks import NO_FUSE_DISK
+from .footprint import descriptors, open_fds
 
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 TRANSPORTS = ("tcp", "unix", "tls")
@@ -84,6 +90,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> Iterator[None]:
+    """After the skips' short summary, one line for the tests that found no FUSE disk:
+    how many, where, and how to get one."""
+    yield
+    skipped = [
+        report
+        for report in terminalreporter.stats.get("skipped", [])
+        if isinstance(report.longrepr, tuple) and NO_FUSE_DISK in report.longrepr[2]
+    ]
+    if skipped:
+        files = sorted({report.nodeid.split("::")[0].rsplit("/", 1)[-1] for report in skipped})
+        terminalreporter.write_line(
+            f"skipped {len(skipped)} tests that need a FUSE disk ({', '.join(files)}): "
+            "apt-get install libfuse2 fuse3, then run as root (with /dev/fuse)",
+            yellow=True,
+            bold=True,
+        )
+
+
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Any]:
     return {name: _loop_factory(make) for name, make in LOOPS.items()}
 
@@ -121,10 +147,6 @@ def core(request: pytest.FixtureRequest) -> Iterator[_core.Core]:
         _core.active = before
 
 
-def open_fds() -> set[str]:
-    return set(os.listdir("/proc/self/fd"))
-
-
 @pytest.fixture(autouse=True)
 def no_leaks_no_loop_errors() -> Iterator[None]:
     """Fails a test that left a descriptor open or reached the loop's exception handler."""
@@ -140,19 +162,12 @@ def no_leaks_no_loop_errors() -> Iterator[None]:
         # A closed transport's descriptor is released by its connection_lost
         # callback; give worker threads a moment before calling it a leak.
         for _ in range(50):
-            leaked = {fd for fd in leaked if os.path.exists(f"/proc/self/fd/{fd}")}
+            leaked &= open_fds()
             if not leaked:
                 break
             threading.Event().wait(0.02)
-    assert not leaked, f"descriptors left open: {_describe(leaked)}"
-
-
-def _describe(fds: set[str]) -> list[str]:
-    out = []
-    for fd in sorted(fds):
-        with contextlib.suppress(OSError):
-            out.append(f"{fd} -> {os.readlink(f'/proc/self/fd/{fd}')}")
-    return out
+    left = {fd: what for fd, what in descriptors().items() if fd in leaked}
+    assert not leaked, f"descriptors left open: {left}"
 
 
 # --- TLS material ---
@@ -437,6 +452,89 @@ async def connect(
             with contextlib.suppress(OSError, ssl.SSLError):
                 await conn.writer.wait_closed()
         conn.peer.close()
+
+
+# --- a peer that reads nothing: a send fills the socket and waits ---
+
+STALLING_SNDBUF = 32 * 1024  # SO_SNDBUF and the peer's SO_RCVBUF: full after a few 100 KiB
+STALL_POLL = 0.01  # seconds between two looks at the queues
+STEADY_POLLS = 3  # the queues unchanged over this many polls in a row: stalled
+
+
+@pytest.fixture
+def stalled_connection(connect: Callable[..., Any]) -> Callable[..., Any]:
+    """stalled_connection(transport, writer="stream", sndbuf=32 KiB) -> Connection whose
+    peer reads nothing until `conn.peer.resume()`, behind small socket buffers
+    (`sndbuf=None`: the kernel's own), so a send soon fills them and waits."""
+
+    async def make(
+        transport: str, writer: str = "stream", *, sndbuf: int | None = STALLING_SNDBUF
+    ) -> Connection:
+        conn: Connection = await connect(transport, writer, reading=False, sndbuf=sndbuf)
+        return conn
+
+    return make
+
+
+@pytest.fixture
+async def stalled_send(connect: Callable[..., Any]) -> AsyncIterator[Callable[..., Any]]:
+    """stalled_send(conn, file, *args, writer=conn.writer, **kwargs) -> the task of
+    `aiosendfile.send(writer, file, *args, **kwargs)` on a stalled connection, returned
+    once it waits for the peer (until_stalled).  Still running at the end of the test,
+    it is cancelled before the connections close (hence `connect`: torn down after)."""
+    started: list[asyncio.Task[int]] = []
+
+    async def start(
+        conn: Connection, file: Any, *args: Any, writer: Any = None, **kwargs: Any
+    ) -> asyncio.Task[int]:
+        sender = conn.writer if writer is None else writer
+        task = asyncio.ensure_future(aiosendfile.send(sender, file, *args, **kwargs))
+        started.append(task)
+        await until_stalled(conn, task)
+        return task
+
+    yield start
+    for task in started:
+        task.cancel()
+    await asyncio.gather(*started, return_exceptions=True)
+
+
+async def until_stalled(conn: Connection, *sends: asyncio.Future[Any]) -> None:
+    """Returns once the sends on `conn` wait for the peer: our socket has no room, and
+    what it queues, what the peer's holds unread and what the transport buffers all
+    stayed the same for STEADY_POLLS polls.  Fails if a send finished: the peer was
+    meant to stall it."""
+    fd = conn.transport.get_extra_info("socket").fileno()
+    room = select.poll()
+    room.register(fd, select.POLLOUT)
+    last: tuple[int, int, int] | None = None
+    steady = 0
+    for _ in range(500):  # 5 s: a send that still moves bytes then is not stalled
+        await asyncio.sleep(STALL_POLL)
+        for send in sends:
+            assert not send.done(), f"the send finished ({_outcome(send)}): nothing stalled it"
+        now = (
+            _queued(fd, termios.TIOCOUTQ),
+            _queued(conn.peer.sock.fileno(), termios.FIONREAD),
+            conn.transport.get_write_buffer_size(),
+        )
+        steady = steady + 1 if now == last and not room.poll(0) else 0
+        if steady == STEADY_POLLS:
+            return
+        last = now
+    raise AssertionError(f"the send never waited for the peer within 5 s: {last}")
+
+
+def _queued(fd: int, request: int) -> int:
+    """The bytes a socket queues: to send (TIOCOUTQ), or received, unread (FIONREAD)."""
+    return int.from_bytes(fcntl.ioctl(fd, request, bytes(4)), "little")
+
+
+def _outcome(send: asyncio.Future[Any]) -> str:
+    if send.cancelled():
+        return "cancelled"
+    error = send.exception()
+    return repr(error) if error is not None else f"returned {send.result()}"
 
 
 @pytest.fixture(params=TRANSPORTS)

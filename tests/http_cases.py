@@ -36,9 +36,17 @@ AIOHTTP = tuple(int(part) for part in aiohttp.__version__.split(".")[:2])
 # Headers that must be the same from both implementations (Date and Server are not
 # about the file).
 COMPARED = (
-    "Content-Type", "Content-Length", "Content-Range", "Content-Encoding", "Vary", "ETag",
-    "Last-Modified", "Accept-Ranges", "Transfer-Encoding", "Connection",
-)  # fmt: skip
+    "Content-Type",
+    "Content-Length",
+    "Content-Range",
+    "Content-Encoding",
+    "Vary",
+    "ETag",
+    "Last-Modified",
+    "Accept-Ranges",
+    "Transfer-Encoding",
+    "Connection",
+)
 
 
 def make_tree(root: Path) -> dict[str, bytes]:
@@ -106,7 +114,7 @@ def _body_cases() -> list[Case]:
                 Case(f"{stem}-range-last", name, {"Range": f"bytes={last}-{last}"}, status=(206,)),
                 Case(f"{stem}-range-past-end", name, {"Range": f"bytes={size}-"}, status=(416,)),
                 Case(f"{stem}-range-beyond", name, {"Range": f"bytes=5-{size * 2}"}, status=(206,)),
-            ]  # fmt: skip
+            ]
         else:
             cases.append(Case(f"{stem}-range", name, {"Range": "bytes=0-0"}, status=(416,)))
     return cases
@@ -126,34 +134,56 @@ CONDITIONAL = [
     Case("if-modified-since-same", "small.txt", {"If-Modified-Since": "{lastmod}"}, status=(304,)),
     Case("if-modified-since-future", "small.txt", {"If-Modified-Since": "{future}"}, status=(304,)),
     Case("if-modified-since-past", "small.txt", {"If-Modified-Since": "{past}"}),
-    Case("if-modified-since-head", "small.txt", {"If-Modified-Since": "{lastmod}"},
-         method="HEAD", status=(304,)),
-    Case("if-unmodified-since-past", "small.txt", {"If-Unmodified-Since": "{past}"},
-         status=(412,)),
+    Case(
+        "if-modified-since-head",
+        "small.txt",
+        {"If-Modified-Since": "{lastmod}"},
+        method="HEAD",
+        status=(304,),
+    ),
+    Case("if-unmodified-since-past", "small.txt", {"If-Unmodified-Since": "{past}"}, status=(412,)),
     Case("if-unmodified-since-same", "small.txt", {"If-Unmodified-Since": "{lastmod}"}),
     Case("if-none-match-etag", "small.txt", {"If-None-Match": "{etag}"}, status=(304,)),
     Case("if-none-match-weak", "small.txt", {"If-None-Match": "W/{etag}"}, status=(304, 200)),
     Case("if-none-match-star", "small.txt", {"If-None-Match": "*"}, status=(304,)),
     Case("if-none-match-other", "small.txt", {"If-None-Match": '"other"'}),
     Case("if-none-match-list", "small.txt", {"If-None-Match": '"a", {etag}'}, status=(304,)),
-    Case("if-none-match-beats-modified-since", "small.txt",
-         {"If-None-Match": '"other"', "If-Modified-Since": "{future}"}),
+    Case(
+        "if-none-match-beats-modified-since",
+        "small.txt",
+        {"If-None-Match": '"other"', "If-Modified-Since": "{future}"},
+    ),
     Case("if-match-etag", "small.txt", {"If-Match": "{etag}"}),
     Case("if-match-star", "small.txt", {"If-Match": "*"}),
     Case("if-match-other", "small.txt", {"If-Match": '"other"'}, status=(412,)),
     Case("if-match-weak", "small.txt", {"If-Match": "W/{etag}"}, status=(412,)),
-    Case("if-match-other-range", "mid.bin", {"If-Match": '"other"', "Range": "bytes=0-9"},
-         status=(412,)),
-    Case("if-match-beats-unmodified-since", "small.txt",
-         {"If-Match": "{etag}", "If-Unmodified-Since": "{past}"}),
+    Case(
+        "if-match-other-range",
+        "mid.bin",
+        {"If-Match": '"other"', "Range": "bytes=0-9"},
+        status=(412,),
+    ),
+    Case(
+        "if-match-beats-unmodified-since",
+        "small.txt",
+        {"If-Match": "{etag}", "If-Unmodified-Since": "{past}"},
+    ),
     Case("gzip-sibling", "small.txt", {"Accept-Encoding": "gzip"}),
     Case("gzip-sibling-uppercase", "small.txt", {"Accept-Encoding": "GZIP, deflate"}),
     Case("br-sibling", "small.txt", {"Accept-Encoding": "br, gzip"}),
-    Case("gzip-sibling-range", "small.txt", {"Accept-Encoding": "gzip", "Range": "bytes=1-4"},
-         status=(206,)),
-    Case("no-sibling", "mid.bin", {"Accept-Encoding": "gzip, br", "Range": "bytes=0-99"},
-         status=(206,)),
-]  # fmt: skip
+    Case(
+        "gzip-sibling-range",
+        "small.txt",
+        {"Accept-Encoding": "gzip", "Range": "bytes=1-4"},
+        status=(206,),
+    ),
+    Case(
+        "no-sibling",
+        "mid.bin",
+        {"Accept-Encoding": "gzip, br", "Range": "bytes=0-99"},
+        status=(206,),
+    ),
+]
 
 FILE_CASES = _body_cases() + CONDITIONAL
 
@@ -179,7 +209,7 @@ STATIC_CASES = [
     Case("nul-dir", "/static/%00/../outside/secret.txt", status=(404, 400, 500)),
     Case("symlink-out", "/static/link_out", status=(404,)),
     Case("symlink-in", "/static/link_in", status=(200, 404)),
-]  # fmt: skip
+]
 
 
 @dataclasses.dataclass
@@ -246,9 +276,15 @@ async def serving(
 async def curl(*args: str, timeout: float = 20) -> tuple[int, bytes, bytes]:
     """Runs curl with `args`; returns its exit status, stdout, stderr."""
     proc = await asyncio.create_subprocess_exec(
-        "curl", "--silent", "--show-error", "--max-time", str(timeout), *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        "curl",
+        "--silent",
+        "--show-error",
+        "--max-time",
+        str(timeout),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), timeout + 5)
     assert proc.returncode is not None
     return proc.returncode, out, err

@@ -1,4 +1,5 @@
-"""Tests that run a script of tests/isolated/ in a child process, or under strace."""
+"""Running the scripts of tests/isolated/ and tests/soak/: in a child process that
+imports the aiosendfile under test, or under strace; the load driver."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import pytest
 
 import aiosendfile
 
+LOAD = Path(__file__).parent / "soak" / "load.py"
+
 # One line of `strace -f` output: pid, call, first argument (a descriptor), result.
 SYSCALL = re.compile(r"^\d+\s+(\w+)\((\d+),.*\)\s+=\s+(-?\d+)")
 
@@ -29,11 +32,14 @@ def run_under_strace(trace: Path, calls: str, script: str, *args: str) -> dict[s
             pytest.fail("strace is not installed (.ci/run installs it)")
         pytest.skip("strace is not installed")
     path = Path(__file__).parent / "isolated" / script
+    command = [sys.executable, str(path), *args]
     out = subprocess.run(
-        [strace, "-f", "-qq", "-o", str(trace), "-e", f"trace={calls}",
-         sys.executable, str(path), *args],
-        capture_output=True, text=True, timeout=120, env=env_importing_this_package(),
-    )  # fmt: skip
+        [strace, "-f", "-qq", "-o", str(trace), "-e", f"trace={calls}", *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env_importing_this_package(),
+    )
     if out.returncode != 0 and "ptrace" in out.stderr:
         if os.environ.get("CI"):
             pytest.fail(f"strace cannot trace here: {out.stderr.strip()}")
@@ -55,10 +61,19 @@ def run_json_script(script: Path, *args: str, timeout: float) -> dict[str, Any]:
     them (and prints them, for -s)."""
     out = subprocess.run(
         [sys.executable, str(script), *args],
-        capture_output=True, text=True, timeout=timeout, env=env_importing_this_package(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env_importing_this_package(),
         check=False,
-    )  # fmt: skip
+    )
     assert out.returncode == 0, out.stderr[-4000:]
     result: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])
     print(json.dumps(result))
     return result
+
+
+def run_load(*args: str, timeout: float = 120) -> dict[str, Any]:
+    """Runs the load driver (tests/soak/load.py: a server, N clients at once) with
+    `args`; returns its figures."""
+    return run_json_script(LOAD, *args, timeout=timeout)

@@ -30,11 +30,8 @@ from aiosendfile.bench.senders import REGISTRY, Sender
 from aiosendfile.bench.workloads import Job, Workload
 
 # The smallest run that still exercises every row and workload (all of them, by default).
-SMALLEST = [
-    "--size", "4M", "--runs", "1", "--requests", "20",
-    "--connections", "8", "--conn-size", "1M",
-    "--lag-clients", "2", "--lag-size", "1M", "--upload-size", "4M", "--no-progress",
-]  # fmt: skip
+SMALLEST = "--size 4M --runs 1 --requests 20 --connections 8 --conn-size 1M".split()
+SMALLEST += "--lag-clients 2 --lag-size 1M --upload-size 4M --no-progress".split()
 HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 HAVE_AIOHTTP = importlib.util.find_spec("aiohttp") is not None
 # nginx rows run where nginx is on the PATH (apt-get install nginx); .ci/run does not install it.
@@ -478,10 +475,8 @@ def test_bench_ftp_targets_in_developer_mode(tmp_path: Path) -> None:
     _need_ftp()
     out = tmp_path / "ftp.json"
     args = ["--workloads", "ftp", "--only", "ftp-example-*,pyftpdlib,aioftp*", "--size", "1M"]
-    done = run_bench(
-        "bench", *args, "--upload-size", "1M", "--runs", "1", "--no-progress", "--targets",
-        "--json", str(out),
-    )  # fmt: skip
+    args += ["--upload-size", "1M", "--runs", "1", "--no-progress", "--targets"]
+    done = run_bench("bench", *args, "--json", str(out))
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     verdicts = {v["target"] for v in json.loads(out.read_text())["targets"]}
     assert "ftp-download: ftp-example-uvloop >= 2x aioftp" in verdicts

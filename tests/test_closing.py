@@ -23,7 +23,7 @@ import pytest
 import aiosendfile
 from aiosendfile._core import Core
 
-from .conftest import Connection
+from .footprint import descriptors_on
 from .loop_ticker import Ticker
 from .page_cache import evict
 
@@ -113,19 +113,9 @@ async def busy_executor(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[BusyEx
     await executor.close()
 
 
-async def stalled_send(conn: Connection, path: Path, **kwargs: Any) -> asyncio.Task[int]:
-    """Starts a send that cannot finish (the peer does not read) and lets it block."""
-    task = asyncio.create_task(aiosendfile.send(conn.writer, path, **kwargs))
-    for _ in range(200):  # until the socket is full and the send waits on the loop
-        await asyncio.sleep(0.005)
-        if task.done():
-            break
-    assert not task.done(), "the send finished: the peer was meant to stall it"
-    return task
-
-
 async def test_send_never_writes_to_a_reused_descriptor(
-    connect: Callable[..., Any],
+    stalled_connection: Callable[..., Any],
+    stalled_send: Callable[..., Any],
     make_file: Callable[..., Path],
     socket_kind: str,
     writer_kind: str,
@@ -135,7 +125,7 @@ async def test_send_never_writes_to_a_reused_descriptor(
     """A response head the transport still holds, then a private file: the transport is
     aborted while the send waits for that head to go, and its descriptor number goes to
     a stranger at once.  The send raises; the stranger gets no byte."""
-    conn = await connect(socket_kind, writer_kind, reading=False, sndbuf=SMALL_BUF)
+    conn = await stalled_connection(socket_kind, writer_kind, sndbuf=SMALL_BUF)
     conn.write(b"H" * (2 * MiB))  # more than the socket takes: the transport keeps the rest
     assert conn.transport.get_write_buffer_size() > 0
     task = await stalled_send(conn, make_file(4 * MiB))
@@ -187,7 +177,8 @@ async def test_send_cold_file_never_writes_to_a_reused_descriptor(
 
 @pytest.mark.parametrize("how", ["abort", "close"])
 async def test_send_to_stalled_peer_ends_when_transport_closed(
-    connect: Callable[..., Any],
+    stalled_connection: Callable[..., Any],
+    stalled_send: Callable[..., Any],
     make_file: Callable[..., Path],
     transport_kind: str,
     writer_kind: str,
@@ -197,7 +188,7 @@ async def test_send_to_stalled_peer_ends_when_transport_closed(
     """Closing or aborting the transport of a peer that stopped reading ("abort slow
     clients") ends the send promptly, and the connection really closes: the peer, once
     it reads again, gets EOF (the send's own dup() of the socket is closed too)."""
-    conn = await connect(transport_kind, writer_kind, reading=False, sndbuf=SMALL_BUF)
+    conn = await stalled_connection(transport_kind, writer_kind, sndbuf=SMALL_BUF)
     task = await stalled_send(conn, make_file(16 * MiB))
     getattr(conn.transport, how)()
     started = time.monotonic()
@@ -245,30 +236,19 @@ async def test_cancelled_cold_sends_close_their_queued_descriptors(
             await asyncio.gather(*tasks, return_exceptions=True)
             await asyncio.sleep(0)  # done callbacks
             # At most the jobs already handed to the executor (four) hold a dup now.
-            assert _descriptors_of(path) - len(files) <= 4
+            assert descriptors_on(path) - len(files) <= 4
             busy_executor.release()
             for _ in range(100):
-                if _descriptors_of(path) == len(files):
+                if descriptors_on(path) == len(files):
                     break
                 await asyncio.sleep(0.02)
-            assert _descriptors_of(path) == len(files)
+            assert descriptors_on(path) == len(files)
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             for f in files:
                 f.close()
-
-
-def _descriptors_of(path: Path) -> int:
-    count = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}") == str(path):
-                count += 1
-        except OSError:
-            pass
-    return count
 
 
 @pytest.mark.parametrize("attempt", range(3))

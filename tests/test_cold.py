@@ -20,9 +20,10 @@ import aiosendfile
 from aiosendfile import _disk
 from aiosendfile._core import Core
 
-from .conftest import Connection, open_fds, pattern
+from .conftest import Connection, pattern
+from .disks import fuse_disk
+from .footprint import open_fds
 from .page_cache import cached_bytes, evict
-from .slow_disk import slow_disk as mount_slow_disk
 
 MiB = 1024 * 1024
 
@@ -140,13 +141,13 @@ async def test_send_empty_file(
 
 
 async def test_cancel_cold_send_leaves_no_worker(
-    connect: Callable[..., Any],
+    stalled_connection: Callable[..., Any],
     cold_file: Callable[[int], tuple[Path, bytes]],
     transport_kind: str,
     core: Core,
 ) -> None:
     path, data = cold_file(64 * MiB)
-    conn: Connection = await connect(transport_kind, reading=False, sndbuf=32 * 1024)
+    conn: Connection = await stalled_connection(transport_kind)
     fds = open_fds()
     with path.open("rb") as f:
         sending = asyncio.ensure_future(aiosendfile.send(conn.writer, f))
@@ -165,23 +166,26 @@ async def test_cancel_cold_send_leaves_no_worker(
     assert await conn.received_after_close() == data[:position]
 
 
-# --- a slow disk ---
+# --- a disk whose reads are slow ---
 
 
 @pytest.fixture
-def slow_disk(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+def slow_read_disk(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """(backing directory, mount point) of a FUSE filesystem sleeping 20 ms per read."""
-    with mount_slow_disk(tmp_path, 0.02) as dirs:
+    with fuse_disk(tmp_path, read_delay=0.02) as dirs:
         yield dirs
 
 
 @pytest.mark.parametrize("transport_kind", ["tcp", "tls"])
-async def test_slow_disk_does_not_stall_the_loop(
-    connect: Callable[..., Any], slow_disk: tuple[Path, Path], transport_kind: str, core: Core
+async def test_slow_reads_do_not_stall_the_loop(
+    connect: Callable[..., Any],
+    slow_read_disk: tuple[Path, Path],
+    transport_kind: str,
+    core: Core,
 ) -> None:
     """Every read of this disk sleeps 20 ms.  If those reads ran on the loop, a
     1 ms ticker could tick only between them; in workers it keeps ticking."""
-    backing, mountpoint = slow_disk
+    backing, mountpoint = slow_read_disk
     data = pattern(3 * MiB, seed=8)
     (backing / "slow.bin").write_bytes(data)
     conn: Connection = await connect(transport_kind)

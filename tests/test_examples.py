@@ -79,9 +79,13 @@ def running(program: str, *args: str, loop_name: str, files: Path) -> Iterator[E
     stderr = files / f"{program}.{loop_name}.stderr"
     with stderr.open("w") as errors:
         server = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=errors, text=True, cwd=files,
+            command,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+            cwd=files,
             env=env_importing_this_package() | {"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"},
-        )  # fmt: skip
+        )
     assert server.stdout is not None
     try:
         port = _wait_listening(server, stderr)
@@ -126,8 +130,10 @@ def get(curl: str, url: str, *options: str) -> tuple[str, list[str], bytes]:
     dump = [] if "--head" in options else ["--dump-header", "-"]  # --head prints it already
     done = subprocess.run(
         [curl, "--silent", "--show-error", "--max-time", str(CURL_TIMEOUT), *dump, *options, url],
-        check=True, capture_output=True, timeout=CURL_TIMEOUT + 10,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+        timeout=CURL_TIMEOUT + 10,
+    )
     head, _, body = done.stdout.partition(b"\r\n\r\n")
     status, *headers = head.decode("latin-1").lower().split("\r\n")
     return status, headers, body
@@ -224,12 +230,12 @@ def receive_file(loop_name: str, files: Path) -> Iterator[Example]:
 def upload(curl: str, url: str, path: Path) -> str:
     """curl -T with `Expect: 100-continue`, waiting for the 100 longer than it may take
     in all: a server that never answers it fails the upload."""
+    command = [curl, "--silent", "--show-error", "--max-time", str(CURL_TIMEOUT)]
+    command += ["--expect100-timeout", str(3 * CURL_TIMEOUT), "--header", "Expect: 100-continue"]
+    command += ["--upload-file", str(path), "--output", "/dev/null", "--write-out", "%{http_code}"]
     done = subprocess.run(
-        [curl, "--silent", "--show-error", "--max-time", str(CURL_TIMEOUT),
-         "--expect100-timeout", str(3 * CURL_TIMEOUT), "--header", "Expect: 100-continue",
-         "--upload-file", str(path), "--output", "/dev/null", "--write-out", "%{http_code}", url],
-        check=True, capture_output=True, text=True, timeout=CURL_TIMEOUT + 10,
-    )  # fmt: skip
+        [*command, url], check=True, capture_output=True, text=True, timeout=CURL_TIMEOUT + 10
+    )
     return done.stdout
 
 

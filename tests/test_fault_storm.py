@@ -21,7 +21,7 @@ import pytest
 
 from aiosendfile._core import Core
 
-from .slow_disk import slow_disk, small_tmpfs
+from .disks import fuse_disk, small_tmpfs
 from .subprocesses import run_json_script
 
 STORM = Path(__file__).resolve().parent / "isolated" / "fault_storm.py"
@@ -33,7 +33,7 @@ def fault_disks_mounted(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """(a full tmpfs, a disk that fails writes past EIO_AFTER with EIO)."""
     with (
         small_tmpfs(tmp_path / "full", "2m") as full,
-        slow_disk(tmp_path, 0.0, writable=True, fail_writes_after=EIO_AFTER) as (_, failing),
+        fuse_disk(tmp_path, writable=True, fail_writes_after=EIO_AFTER) as (_, failing),
     ):
         yield full, failing
 
@@ -48,10 +48,10 @@ def run_storm(
     loop_name: str, core: str, disks: tuple[Path, Path], *args: str, timeout: float = 300
 ) -> dict[str, Any]:
     full, failing = disks
+    on_disks = ["--full-dir", str(full), "--eio-dir", str(failing)]
     return run_json_script(
-        STORM, "--loop", loop_name, "--core", core,
-        "--full-dir", str(full), "--eio-dir", str(failing), *args, timeout=timeout,
-    )  # fmt: skip
+        STORM, "--loop", loop_name, "--core", core, *on_disks, *args, timeout=timeout
+    )
 
 
 def check_storm(report: dict[str, Any]) -> None:
@@ -65,12 +65,16 @@ def check_storm(report: dict[str, Any]) -> None:
     reached = {
         "a send resumed after its cancellation": ["D resumed"],
         "a transport closed mid-send": ["D closing"],
-        "a peer gone mid-transfer": ["D peer-gone", "D resume peer-gone", "U peer-gone",
-                                     "U incomplete"],
+        "a peer gone mid-transfer": [
+            "D peer-gone",
+            "D resume peer-gone",
+            "U peer-gone",
+            "U incomplete",
+        ],
         "a receive cancelled": ["U cancelled"],
         "a full disk": ["U ENOSPC"],
         "a failing disk": ["U EIO"],
-    }  # fmt: skip
+    }
     for fault, outcomes in reached.items():
         assert sum(exercised.get(f"server {o}", 0) for o in outcomes) > 0, f"never: {fault}"
 

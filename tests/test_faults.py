@@ -17,7 +17,8 @@ import pytest
 import aiosendfile
 from aiosendfile._core import Core
 
-from .conftest import Connection, RecordingProtocol, open_fds, pattern
+from .conftest import Connection, RecordingProtocol, pattern, until_stalled
+from .footprint import open_fds
 
 MiB = 1024 * 1024
 
@@ -47,7 +48,8 @@ async def reader_gets(conn: Connection, data: bytes) -> bytes:
 
 
 async def test_send_close_peer_in_the_middle(
-    connect: Callable[..., Any],
+    stalled_connection: Callable[..., Any],
+    stalled_send: Callable[..., Any],
     make_file: Callable[..., Path],
     transport_kind: str,
     writer_kind: str,
@@ -56,11 +58,9 @@ async def test_send_close_peer_in_the_middle(
 ) -> None:
     size = 8 * MiB
     path = make_file(size)
-    conn: Connection = await connect(transport_kind, writer_kind, reading=False, sndbuf=32 * 1024)
+    conn: Connection = await stalled_connection(transport_kind, writer_kind)
     with path.open("rb") as f:
-        sending = asyncio.ensure_future(aiosendfile.send(conn.writer, f, headers=b"H"))
-        await asyncio.sleep(0.1)
-        assert not sending.done(), "the peer reads nothing: the send must be waiting"
+        sending = await stalled_send(conn, f, headers=b"H")
         conn.peer.reset()
         with pytest.raises(ConnectionError):
             await asyncio.wait_for(sending, 10)
@@ -72,7 +72,8 @@ async def test_send_close_peer_in_the_middle(
 
 
 async def test_send_cancel_peer_not_reading(
-    connect: Callable[..., Any],
+    stalled_connection: Callable[..., Any],
+    stalled_send: Callable[..., Any],
     make_file: Callable[..., Path],
     transport_kind: str,
     writer_kind: str,
@@ -81,12 +82,10 @@ async def test_send_cancel_peer_not_reading(
     """Cancelling stops at once; nothing leaks; the stream holds exactly what tell() says."""
     path = make_file(4 * MiB)
     data = path.read_bytes()
-    conn: Connection = await connect(transport_kind, writer_kind, reading=False, sndbuf=32 * 1024)
+    conn: Connection = await stalled_connection(transport_kind, writer_kind)
     fds = open_fds()
     with path.open("rb") as f:
-        sending = asyncio.ensure_future(aiosendfile.send(conn.writer, f, 100, headers=b"H"))
-        await asyncio.sleep(0.1)
-        assert not sending.done()
+        sending = await stalled_send(conn, f, 100, headers=b"H")
         sending.cancel()
         await asyncio.sleep(0)  # one loop iteration
         assert sending.done(), "cancellation took more than one loop iteration"
@@ -108,7 +107,7 @@ def _guard_reaches(conn: Connection, writer_kind: str) -> None:
 
 
 async def test_send_write_during_send_raises(
-    connect: Callable[..., Any],
+    stalled_connection: Callable[..., Any],
     make_file: Callable[..., Path],
     transport_kind: str,
     writer_kind: str,
@@ -118,13 +117,12 @@ async def test_send_write_during_send_raises(
     4,160,512 of 8 MiB, on both loops); writes after the sends go after them."""
     path, second = make_file(8 * MiB), make_file(MiB + 1, seed=2)
     data = path.read_bytes()
-    conn: Connection = await connect(transport_kind, writer_kind, reading=False, sndbuf=64 * 1024)
+    conn: Connection = await stalled_connection(transport_kind, writer_kind, sndbuf=64 * 1024)
     _guard_reaches(conn, writer_kind)
     with path.open("rb") as f:
         sending = asyncio.ensure_future(aiosendfile.send(conn.writer, f, headers=b"HEAD"))
         queued = asyncio.ensure_future(aiosendfile.send(conn.writer, second))
-        await asyncio.sleep(0.05)
-        assert not sending.done(), "the peer was meant to stall the send"
+        await until_stalled(conn, sending, queued)
         with pytest.raises(RuntimeError, match="unable to write; sendfile is in progress"):
             conn.writer.write(b"MARKER")
         with pytest.raises(RuntimeError, match="unable to write; sendfile is in progress"):
@@ -140,7 +138,8 @@ async def test_send_write_during_send_raises(
 
 
 async def test_send_write_around_the_guard_cuts_the_stream(
-    connect: Callable[..., Any],
+    stalled_connection: Callable[..., Any],
+    stalled_send: Callable[..., Any],
     make_file: Callable[..., Path],
     plain_transport: str,
 ) -> None:
@@ -153,13 +152,11 @@ async def test_send_write_around_the_guard_cuts_the_stream(
     path = make_file(8 * MiB)
     response = b"HEAD" + path.read_bytes()
     foreign = b"MARKER" * 50_000
-    conn: Connection = await connect(plain_transport, "transport", reading=False, sndbuf=64 * 1024)
+    conn: Connection = await stalled_connection(plain_transport, "transport", sndbuf=64 * 1024)
     if hasattr(conn.transport, "__dict__"):
         pytest.skip("the guard shadows this transport's write(): the write itself raises")
     with path.open("rb") as f:
-        sending = asyncio.ensure_future(aiosendfile.send(conn.writer, f, headers=b"HEAD"))
-        await asyncio.sleep(0.05)
-        assert not sending.done(), "the peer was meant to stall the send"
+        sending = await stalled_send(conn, f, headers=b"HEAD")
         conn.transport.write(foreign)
         assert conn.transport.get_write_buffer_size(), "the transport was meant to queue a part"
         conn.peer.resume()
@@ -188,7 +185,8 @@ def _common_prefix(a: bytes, b: bytes) -> int:
 
 
 async def test_send_write_allowed_again_after_cancel(
-    connect: Callable[..., Any],
+    stalled_connection: Callable[..., Any],
+    stalled_send: Callable[..., Any],
     make_file: Callable[..., Path],
     transport_kind: str,
     writer_kind: str,
@@ -196,11 +194,10 @@ async def test_send_write_allowed_again_after_cancel(
     """The guard goes with the send, whichever way it ends."""
     path = make_file(8 * MiB)
     data = path.read_bytes()
-    conn: Connection = await connect(transport_kind, writer_kind, reading=False, sndbuf=64 * 1024)
+    conn: Connection = await stalled_connection(transport_kind, writer_kind, sndbuf=64 * 1024)
     _guard_reaches(conn, writer_kind)
     with path.open("rb") as f:
-        sending = asyncio.ensure_future(aiosendfile.send(conn.writer, f))
-        await asyncio.sleep(0.05)
+        sending = await stalled_send(conn, f)
         sending.cancel()
         with pytest.raises(asyncio.CancelledError):
             await sending
@@ -210,7 +207,8 @@ async def test_send_write_allowed_again_after_cancel(
 
 
 async def test_send_cancel_while_waiting_for_drain(
-    connect: Callable[..., Any],
+    stalled_connection: Callable[..., Any],
+    stalled_send: Callable[..., Any],
     make_file: Callable[..., Path],
     transport_kind: str,
     writer_kind: str,
@@ -219,13 +217,12 @@ async def test_send_cancel_while_waiting_for_drain(
     """gh-157025: a cancelled drain wait leaves the transport writable and reading."""
     path = make_file(4 * MiB)
     data = path.read_bytes()
-    conn: Connection = await connect(transport_kind, writer_kind, reading=False, sndbuf=32 * 1024)
+    conn: Connection = await stalled_connection(transport_kind, writer_kind)
     queued = pattern(2 * MiB, seed=3)
     conn.write(queued)
     limits = conn.transport.get_write_buffer_limits()
     with path.open("rb") as f:
-        sending = asyncio.ensure_future(aiosendfile.send(conn.writer, f, headers=b"H"))
-        await asyncio.sleep(0.1)
+        sending = await stalled_send(conn, f, headers=b"H")
         sending.cancel()
         with pytest.raises(asyncio.CancelledError):
             await sending
@@ -264,7 +261,8 @@ async def test_send_closed_writer(
 
 
 async def test_send_file_shrinks(
-    connect: Callable[..., Any],
+    stalled_connection: Callable[..., Any],
+    stalled_send: Callable[..., Any],
     make_file: Callable[..., Path],
     transport_kind: str,
     core: Core,
@@ -272,10 +270,9 @@ async def test_send_file_shrinks(
     """A file cut short while it is sent: send() stops at the new end, returns the count."""
     path = make_file(4 * MiB)
     data = path.read_bytes()
-    conn: Connection = await connect(transport_kind, reading=False, sndbuf=32 * 1024)
+    conn: Connection = await stalled_connection(transport_kind)
     with path.open("rb") as f:
-        sending = asyncio.ensure_future(aiosendfile.send(conn.writer, f, trailers=b"T"))
-        await asyncio.sleep(0.05)
+        sending = await stalled_send(conn, f, trailers=b"T")
         os.truncate(path, 1 * MiB)
         conn.peer.resume()
         sent = await asyncio.wait_for(sending, 20)

@@ -4,27 +4,28 @@ every transfer complete, its probe's figures in the table and the JSON (no timin
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from .disks import require_fusepy, skip_without_fuse_disk
 from .subprocesses import env_importing_this_package
 
 ROWS = ["aiosendfile-asyncio", "aiosendfile-uvloop", "aiosendfile-blind", "loop.sendfile"]
-SMALLEST = ["--workloads", "lag", "--runs", "1", "--lag-clients", "2", "--lag-size", "1M",
-            "--no-progress"]  # fmt: skip
+SMALLEST = "--workloads lag --runs 1 --lag-clients 2 --lag-size 1M --no-progress".split()
 
 
 def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "aiosendfile", *args],
-        capture_output=True, text=True, timeout=120, env=env_importing_this_package(),
-        cwd=tmp_path, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env_importing_this_package(),
+        cwd=tmp_path,
+        check=False,
+    )
 
 
 def check_lag_run(done: subprocess.CompletedProcess[str], data: dict[str, Any]) -> None:
@@ -52,17 +53,10 @@ def test_lag_workload_smallest_run(tmp_path: Path) -> None:
 
 
 def test_lag_workload_on_the_slow_fuse_disk(tmp_path: Path) -> None:
-    try:
-        import fuse  # noqa: F401  (fusepy, a test dependency)
-    except (ImportError, OSError) as exc:  # OSError: fusepy without libfuse2
-        if os.environ.get("CI"):
-            pytest.fail(f"fusepy is not usable: {exc}")
-        pytest.skip(f"fusepy is not usable: {exc}")
+    require_fusepy()
     done = run(tmp_path, "bench", *SMALLEST, "--lag-disk", "fuse", "--json", "lag.json")
     if done.returncode == 2 and "--lag-disk fuse:" in done.stderr:  # it could not mount
-        if os.environ.get("CI"):
-            pytest.fail(done.stderr)
-        pytest.skip(done.stderr.strip().splitlines()[-1])
+        skip_without_fuse_disk(done.stderr.strip().splitlines()[-1])
     check_lag_run(done, json.loads((tmp_path / "lag.json").read_text()))
     assert "cold files on a FUSE disk that sleeps 2 ms per read" in done.stdout
 

@@ -29,10 +29,17 @@ MiB = 1024 * 1024
 
 # Every way file bytes could reach Python or the transport.
 _READS = {
-    ("posix", "read"), ("posix", "pread"), ("posix", "readv"), ("posix", "preadv"),
-    ("_io", "read"), ("_io", "readinto"), ("_io", "read1"), ("_io", "readinto1"),
-    ("_io", "readall"), ("_io", "peek"),
-}  # fmt: skip
+    ("posix", "read"),
+    ("posix", "pread"),
+    ("posix", "readv"),
+    ("posix", "preadv"),
+    ("_io", "read"),
+    ("_io", "readinto"),
+    ("_io", "read1"),
+    ("_io", "readinto1"),
+    ("_io", "readall"),
+    ("_io", "peek"),
+}
 
 
 class CallLog:
@@ -174,17 +181,19 @@ class RecordingTransport:
 
 @pytest.mark.parametrize("transport_kind", ["tcp", "tls"])
 async def test_buffered_chunks_are_fresh_objects(
-    connect: Callable[..., Any], transport_kind: str, core: Core
+    stalled_connection: Callable[..., Any],
+    stalled_send: Callable[..., Any],
+    transport_kind: str,
+    core: Core,
 ) -> None:
     """Python 3.12+ transports may keep what they are given (GH-91166): every chunk
     handed over must be its own object, still holding its own bytes at the end."""
     data = pattern(3 * MiB + 5)
-    conn: Connection = await connect(transport_kind, "transport", reading=False, sndbuf=32 * 1024)
+    conn: Connection = await stalled_connection(transport_kind, "transport")
     recorder = RecordingTransport(conn.transport)
     aiosendfile.set_chunk_size(64 * 1024)
     try:
-        sending = asyncio.ensure_future(aiosendfile.send(recorder, io.BytesIO(data)))
-        await asyncio.sleep(0.05)
+        sending = await stalled_send(conn, io.BytesIO(data), writer=recorder)
         conn.peer.resume()
         assert await sending == len(data)
     finally:

@@ -226,14 +226,14 @@ async def test_send_small_response_in_one_call(
 
 
 async def test_send_small_response_behind_queued_bytes(
-    connect: Callable[..., Any],
+    stalled_connection: Callable[..., Any],
     make_file: Callable[..., Path],
     plain_transport: str,
     writer_kind: str,
     core: Core,
 ) -> None:
     """The transport still holds bytes while its socket has room again: they go first."""
-    conn: Connection = await connect(plain_transport, writer_kind, reading=False, sndbuf=32 * 1024)
+    conn: Connection = await stalled_connection(plain_transport, writer_kind)
     before = pattern(2 * 1024 * 1024, seed=3)
     conn.write(before)
     conn.peer.resume()
@@ -279,7 +279,8 @@ async def test_send_quick_path_declines(
 
 
 async def test_send_quick_path_waits_for_another_send(
-    connect: Callable[..., Any],
+    stalled_connection: Callable[..., Any],
+    stalled_send: Callable[..., Any],
     make_file: Callable[..., Path],
     plain_transport: str,
     core: Core,
@@ -287,10 +288,8 @@ async def test_send_quick_path_waits_for_another_send(
     """A small send while another waits on the same writer queues behind it, even
     when the socket has room at that moment."""
     big, small = make_file(4 * 1024 * 1024, seed=1), make_file(SMALL, seed=2)
-    conn: Connection = await connect(plain_transport, reading=False, sndbuf=32 * 1024)
-    first = asyncio.ensure_future(aiosendfile.send(conn.writer, big))
-    await asyncio.sleep(0.05)
-    assert not first.done()
+    conn: Connection = await stalled_connection(plain_transport)
+    first = await stalled_send(conn, big)
     conn.peer.resume()
     block_the_loop()  # the peer empties the socket; the first send cannot refill it
     with small.open("rb") as f:
@@ -300,7 +299,8 @@ async def test_send_quick_path_waits_for_another_send(
 
 
 async def test_send_socket_fills_midway(
-    connect: Callable[..., Any],
+    stalled_connection: Callable[..., Any],
+    stalled_send: Callable[..., Any],
     make_file: Callable[..., Path],
     plain_transport: str,
     writer_kind: str,
@@ -310,11 +310,9 @@ async def test_send_socket_fills_midway(
     """The quick path sends what the socket takes; the general path sends the rest, in order."""
     path = make_file(QUICK_MAX)
     data = path.read_bytes()
-    conn: Connection = await connect(plain_transport, writer_kind, reading=False, sndbuf=16 * 1024)
+    conn: Connection = await stalled_connection(plain_transport, writer_kind, sndbuf=16 * 1024)
     with path.open("rb") as f:
-        sending = asyncio.ensure_future(aiosendfile.send(conn.writer, f, headers=b"HEAD"))
-        await asyncio.sleep(0.05)
-        assert not sending.done(), "the peer reads nothing: the send must be waiting"
+        sending = await stalled_send(conn, f, headers=b"HEAD")
         owed, written = quick_results[0]
         assert owed == QUICK_MAX and 4 < written < 4 + QUICK_MAX
         conn.peer.resume()
@@ -346,7 +344,7 @@ async def test_send_small_response_to_a_reset_peer(
 
 
 async def test_which_path_names_the_quick_route(
-    connect: Callable[..., Any],
+    stalled_connection: Callable[..., Any],
     make_file: Callable[..., Path],
     plain_transport: str,
     writer_kind: str,
@@ -355,7 +353,7 @@ async def test_which_path_names_the_quick_route(
     """which_path() says "quick" where send() would take the quick route now: a small
     open() file, all cached, an idle plain transport; "zerocopy" otherwise."""
     small, large = make_file(SMALL, seed=1), make_file(QUICK_MAX + 1, seed=2)
-    conn: Connection = await connect(plain_transport, writer_kind, reading=False, sndbuf=16 * 1024)
+    conn: Connection = await stalled_connection(plain_transport, writer_kind, sndbuf=16 * 1024)
     with small.open("rb") as f, large.open("rb") as g:
         assert aiosendfile.which_path(conn.writer, f) == ("quick", QUICK_REASON)
         assert aiosendfile.which_path(conn.writer, g).path == "zerocopy"  # too large

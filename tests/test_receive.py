@@ -29,8 +29,9 @@ from aiosendfile._core import Core
 from aiosendfile._receiving import zerocopy as _splice
 from aiosendfile._receiving.reading import stream_internals
 
-from .conftest import Connection, RecordingProtocol, open_fds, pattern
-from .slow_disk import small_tmpfs
+from .conftest import Connection, RecordingProtocol, pattern
+from .disks import small_tmpfs
+from .footprint import open_fds
 from .subprocesses import SYSCALL, run_under_strace
 
 MiB = 1024 * 1024
@@ -468,7 +469,7 @@ async def one_worker() -> AsyncIterator[OneWorker]:
         worker.shutdown(wait=True)
 
 
-class SlowDisk:
+class GatedPwrite:
     """os.pwrite() that, once a worker thread has started it, waits for `gate`."""
 
     def __init__(self) -> None:
@@ -495,13 +496,13 @@ class SlowDisk:
 
 
 @pytest.fixture
-def slow_disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlowDisk]:
-    disk = SlowDisk()
-    monkeypatch.setattr(os, "pwrite", disk.pwrite)
+def gated_pwrite(monkeypatch: pytest.MonkeyPatch) -> Iterator[GatedPwrite]:
+    gated = GatedPwrite()
+    monkeypatch.setattr(os, "pwrite", gated.pwrite)
     try:
-        yield disk
+        yield gated
     finally:
-        disk.gate.set()
+        gated.gate.set()
 
 
 # Where a worker thread writes bytes Python holds: a StreamReader's buffered bytes
@@ -576,7 +577,7 @@ async def test_receive_cancelled_while_executor_busy_reports_written_position(
 async def test_receive_cancelled_write_lands_before_raise(
     connect: Callable[..., Any],
     tmp_path: Path,
-    slow_disk: SlowDisk,
+    gated_pwrite: GatedPwrite,
     transport_kind: str,
     writer_kind: str,
     core: Core,
@@ -588,13 +589,13 @@ async def test_receive_cancelled_write_lands_before_raise(
     with path.open("wb") as f:
         f.write(b"head")
         receiving = await start_worker_write(conn, f)
-        await slow_disk.wait_started()
+        await gated_pwrite.wait_started()
         at_raise: list[tuple[int, int]] = []
         receiving.add_done_callback(lambda _: at_raise.append((path.stat().st_size, f.tell())))
         receiving.cancel()
         await asyncio.sleep(0.05)
         assert not receiving.done(), "receive() raised while its write was still running"
-        slow_disk.gate.set()
+        gated_pwrite.gate.set()
         with pytest.raises(asyncio.CancelledError):
             await receiving
         size, position = at_raise[0]
@@ -610,7 +611,7 @@ async def test_receive_cancelled_write_lands_before_raise(
 async def test_receive_cancelled_while_its_write_fails(
     connect: Callable[..., Any],
     tmp_path: Path,
-    slow_disk: SlowDisk,
+    gated_pwrite: GatedPwrite,
     transport_kind: str,
     writer_kind: str,
 ) -> None:
@@ -618,15 +619,15 @@ async def test_receive_cancelled_while_its_write_fails(
     wins, and the write's error is nobody's, not "Future exception was never
     retrieved" in the loop's exception handler (the fault storm found it)."""
     conn: Connection = await connect(transport_kind, writer_kind, reading=False)
-    slow_disk.error = OSError(errno.EIO, "Input/output error")
+    gated_pwrite.error = OSError(errno.EIO, "Input/output error")
     path = tmp_path / "f"
     with path.open("wb") as f:
         f.write(b"head")
         receiving = await start_worker_write(conn, f)
-        await slow_disk.wait_started()
+        await gated_pwrite.wait_started()
         receiving.cancel()
         await asyncio.sleep(0.05)
-        slow_disk.gate.set()
+        gated_pwrite.gate.set()
         with pytest.raises(asyncio.CancelledError):
             await receiving
         assert f.tell() == 4
@@ -638,7 +639,7 @@ async def test_receive_cancelled_while_its_write_fails(
 
 
 async def test_receive_writes_share_the_disk_queue_cap(
-    connect: Callable[..., Any], tmp_path: Path, slow_disk: SlowDisk, core: Core
+    connect: Callable[..., Any], tmp_path: Path, gated_pwrite: GatedPwrite, core: Core
 ) -> None:
     """Writes of bytes Python holds go through the queue send()'s disk reads use:
     six receives whose writes stall on the disk have at most MAX_JOBS of them in
@@ -647,26 +648,26 @@ async def test_receive_writes_share_the_disk_queue_cap(
     files = [(tmp_path / f"f{i}").open("wb") for i in range(6)]
     receiving = [await start_worker_write(c, f) for c, f in zip(conns, files, strict=True)]
     try:
-        await slow_disk.wait_started()
+        await gated_pwrite.wait_started()
         await asyncio.sleep(0.2)  # every write that could start has
-        assert slow_disk.calls == aiosendfile._disk.MAX_JOBS
+        assert gated_pwrite.calls == aiosendfile._disk.MAX_JOBS
         assert await asyncio.to_thread(lambda: "the executor has room") == "the executor has room"
     finally:
-        slow_disk.gate.set()
+        gated_pwrite.gate.set()
         for task in receiving:
             task.cancel()
         await asyncio.gather(*receiving, return_exceptions=True)
         for f in files:
             f.close()
     # The two still queued were withdrawn by the cancellation: they never started.
-    assert slow_disk.calls == aiosendfile._disk.MAX_JOBS
+    assert gated_pwrite.calls == aiosendfile._disk.MAX_JOBS
 
 
 @pytest.mark.parametrize("transport_kind", ["tcp", "unix", "tls"])
 async def test_receive_aborted_while_writing_held_bytes(
     connect: Callable[..., Any],
     tmp_path: Path,
-    slow_disk: SlowDisk,
+    gated_pwrite: GatedPwrite,
     transport_kind: str,
     core: Core,
 ) -> None:
@@ -677,10 +678,10 @@ async def test_receive_aborted_while_writing_held_bytes(
     path = tmp_path / "f"
     with path.open("wb") as f:
         receiving = await start_worker_write(conn, f)
-        await slow_disk.wait_started()
+        await gated_pwrite.wait_started()
         conn.writer.transport.abort()
         await asyncio.sleep(0.05)  # the transport closes its socket meanwhile
-        slow_disk.gate.set()
+        gated_pwrite.gate.set()
         with pytest.raises(aiosendfile.TransportClosingError, match="Transport is closing"):
             await asyncio.wait_for(receiving, 10)
         assert f.tell() == len(HELD)

@@ -16,7 +16,7 @@ import pytest
 import aiosendfile
 from aiosendfile._core import Core
 
-from .conftest import Connection, expected_path, pattern
+from .conftest import Connection, expected_path, pattern, until_stalled
 
 SIZE = 256 * 1024 + 1  # just over a buffer size: partial sends and EAGAIN happen (CPython's choice)
 
@@ -81,21 +81,21 @@ async def test_send_whole_file(
 
 
 async def test_send_ordering_with_queued_data(
-    connect: Callable[..., Any],
+    stalled_connection: Callable[..., Any],
+    stalled_send: Callable[..., Any],
     make_file: Callable[..., Path],
     transport_kind: str,
     writer_kind: str,
     core: Core,
 ) -> None:
     """Bytes still queued in the transport go first (aiohttp#1093: headers after the body)."""
-    conn: Connection = await connect(transport_kind, writer_kind, reading=False, sndbuf=32 * 1024)
+    conn: Connection = await stalled_connection(transport_kind, writer_kind)
     before = pattern(2 * 1024 * 1024, seed=1)  # far more than the socket takes: queued
     conn.write(before)
     if transport_kind != "tls":  # TLS queues below its own transport, out of sight
         assert conn.transport.get_write_buffer_size() > 0
     path = make_file(SIZE)
-    sending = asyncio.ensure_future(aiosendfile.send(conn.writer, path, headers=b"HEAD"))
-    await asyncio.sleep(0.05)
+    sending = await stalled_send(conn, path, headers=b"HEAD")
     conn.peer.resume()
     assert await sending == SIZE
     conn.write(b"AFTER")
@@ -166,7 +166,8 @@ async def test_send_headers_with_empty_range(
 
 
 async def test_send_large_header_partly_sent(
-    connect: Callable[..., Any],
+    stalled_connection: Callable[..., Any],
+    stalled_send: Callable[..., Any],
     make_file: Callable[..., Path],
     transport_kind: str,
     core: Core,
@@ -174,29 +175,28 @@ async def test_send_large_header_partly_sent(
     """A header bigger than the socket buffer goes out in pieces, then the file."""
     header = pattern(512 * 1024, seed=7)
     path = make_file(SIZE)
-    conn: Connection = await connect(transport_kind, reading=False, sndbuf=16 * 1024)
-    sending = asyncio.ensure_future(aiosendfile.send(conn.writer, path, headers=header))
-    await asyncio.sleep(0.05)
+    conn: Connection = await stalled_connection(transport_kind, sndbuf=16 * 1024)
+    sending = await stalled_send(conn, path, headers=header)
     conn.peer.resume()
     assert await sending == SIZE
     assert await conn.received_after_close() == header + path.read_bytes()
 
 
 async def test_send_concurrent_sends_on_one_writer(
-    connect: Callable[..., Any],
+    stalled_connection: Callable[..., Any],
     make_file: Callable[..., Path],
     transport_kind: str,
     writer_kind: str,
     core: Core,
 ) -> None:
     """Ten concurrent sends go one after another, in call order, never interleaved."""
-    conn: Connection = await connect(transport_kind, writer_kind, reading=False, sndbuf=32 * 1024)
+    conn: Connection = await stalled_connection(transport_kind, writer_kind)
     paths = [make_file(100_000 + 4099 * i, seed=i) for i in range(10)]
     tasks = [
         asyncio.ensure_future(aiosendfile.send(conn.writer, p, headers=b"<%d>" % i))
         for i, p in enumerate(paths)
     ]
-    await asyncio.sleep(0.05)
+    await until_stalled(conn, tasks[-1])  # the first ones may fit in the socket buffers
     conn.peer.resume()
     assert await asyncio.gather(*tasks) == [p.stat().st_size for p in paths]
     expected = b"".join(b"<%d>" % i + p.read_bytes() for i, p in enumerate(paths))
@@ -204,7 +204,8 @@ async def test_send_concurrent_sends_on_one_writer(
 
 
 async def test_send_progress(
-    connect: Callable[..., Any],
+    stalled_connection: Callable[..., Any],
+    stalled_send: Callable[..., Any],
     make_file: Callable[..., Path],
     transport_kind: str,
     core: Core,
@@ -212,11 +213,8 @@ async def test_send_progress(
     size = 2 * 1024 * 1024 + 3
     path = make_file(size)
     calls: list[tuple[int, int | None]] = []
-    conn: Connection = await connect(transport_kind, reading=False, sndbuf=32 * 1024)
-    sending = asyncio.ensure_future(
-        aiosendfile.send(conn.writer, path, 3, progress=lambda s, t: calls.append((s, t)))
-    )
-    await asyncio.sleep(0.05)
+    conn: Connection = await stalled_connection(transport_kind)
+    sending = await stalled_send(conn, path, 3, progress=lambda s, t: calls.append((s, t)))
     conn.peer.resume()
     sent = await sending
     assert sent == size - 3

@@ -142,8 +142,8 @@ def test_serve_files_ranges_listing_and_log(
     assert "big.bin" in listing and "sub/" in listing
 
     # Two downloads on one connection: keep-alive works after a send.
-    out = curl("--output", os.devnull, "--output", os.devnull, "--write-out",
-               "%{num_connects} ", f"{url}big.bin", f"{url}sub/small.txt")  # fmt: skip
+    urls = [f"{url}big.bin", f"{url}sub/small.txt"]
+    out = curl(*["--output", os.devnull] * 2, "--write-out", "%{num_connects} ", *urls)
     assert out.stdout.split() == [b"1", b"0"]
 
     assert status_of(f"{url}missing") == 404
@@ -215,16 +215,22 @@ def test_serve_client_gone_midway_others_go_on(served: Path, server_factory: lis
 def test_serve_bad_arguments(served: Path, options: list[str], message: str) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "aiosendfile", "serve", str(served), *options],
-        capture_output=True, text=True, timeout=START_TIMEOUT, env=env_importing_this_package(),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT,
+        env=env_importing_this_package(),
+    )
     assert out.returncode == 2 and message in out.stderr, out.stderr
 
 
 def test_serve_not_a_directory(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "aiosendfile", "serve", str(tmp_path / "nope")],
-        capture_output=True, text=True, timeout=START_TIMEOUT, env=env_importing_this_package(),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT,
+        env=env_importing_this_package(),
+    )
     assert out.returncode == 2 and "not a directory" in out.stderr, out.stderr
 
 
@@ -265,8 +271,11 @@ def test_serve_log_without_a_body_and_after_an_abort(
     server_factory.append(server)
     url = server.url
     head = curl("--head", f"{url}big.bin").stdout.decode()
-    etag = next(line.split(":", 1)[1].strip() for line in head.splitlines()
-                if line.lower().startswith("etag:"))  # fmt: skip
+    etag = next(
+        line.split(":", 1)[1].strip()
+        for line in head.splitlines()
+        if line.lower().startswith("etag:")
+    )
     assert status_of(f"{url}big.bin", "--header", f"If-None-Match: {etag}") == 304
     assert status_of(f"{url}big.bin", "--header", 'If-Match: "nope"') == 412
     assert status_of(f"{url}big.bin", "--range", "99999999-") == 416
@@ -299,12 +308,14 @@ def test_serve_port_in_use(served: Path, loop: str) -> None:
     """One line naming the cause, a non-zero exit status, no traceback."""
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
+        options = ["--port", str(port), "--loop", loop]
         out = subprocess.run(
-            [sys.executable, "-m", "aiosendfile", "serve", str(served), "--port", str(port),
-             "--loop", loop],
-            capture_output=True, text=True, timeout=START_TIMEOUT,
+            [sys.executable, "-m", "aiosendfile", "serve", str(served), *options],
+            capture_output=True,
+            text=True,
+            timeout=START_TIMEOUT,
             env=env_importing_this_package(),
-        )  # fmt: skip
+        )
     assert out.returncode != 0
     assert out.stdout == "", out.stdout
     [line] = out.stderr.splitlines()
@@ -367,9 +378,16 @@ def test_serve_no_byte_from_outside_while_a_symlink_is_swapped(
     server = start_server(served, "--loop", loop)
     server_factory.append(server)
     swapper = subprocess.Popen(
-        [sys.executable, "-c", SWAPPER, str(inside), str(secret), str(served / "swapped.txt"),
-         str(seconds)]
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            SWAPPER,
+            str(inside),
+            str(secret),
+            str(served / "swapped.txt"),
+            str(seconds),
+        ]
+    )
     try:
         asked, leaked, statuses = fetch_while_swapped(server.url, "/swapped.txt", seconds)
     finally:

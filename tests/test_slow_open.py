@@ -25,17 +25,17 @@ from aiosendfile import _disk, _files
 from aiosendfile._core import Core
 
 from .conftest import Connection, pattern
+from .disks import fuse_disk
 from .loop_ticker import Ticker
-from .slow_disk import slow_disk
 
-OPEN_DELAY = 0.3  # seconds each open, create and getattr of the slow disk sleeps
+OPEN_DELAY = 0.3  # seconds each open, create and getattr of the slow metadata disk sleeps
 
 
 @pytest.fixture
 def slow_metadata_disk(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """(backing directory, mount point) of a writable FUSE filesystem whose every
     open, create and getattr sleeps OPEN_DELAY (its reads do not)."""
-    with slow_disk(tmp_path, 0.0, open_delay=OPEN_DELAY, writable=True) as (backing, mountpoint):
+    with fuse_disk(tmp_path, open_delay=OPEN_DELAY, writable=True) as (backing, mountpoint):
         yield backing, mountpoint
     shutil.rmtree(backing, ignore_errors=True)
 
@@ -58,7 +58,7 @@ async def wait_for_idle_workers() -> None:
 
 
 @pytest.mark.parametrize("transport_kind", ["tcp", "tls"])
-async def test_send_path_on_slow_disk_does_not_stall_the_loop(
+async def test_send_path_on_slow_metadata_disk_does_not_stall_the_loop(
     connect: Callable[..., Any],
     slow_metadata_disk: tuple[Path, Path],
     transport_kind: str,
@@ -89,7 +89,7 @@ async def test_send_path_on_slow_disk_does_not_stall_the_loop(
 
 
 @pytest.mark.parametrize("transport_kind", ["tcp", "tls"])
-async def test_receive_path_on_slow_disk_does_not_stall_the_loop(
+async def test_receive_path_on_slow_metadata_disk_does_not_stall_the_loop(
     connect: Callable[..., Any],
     slow_metadata_disk: tuple[Path, Path],
     transport_kind: str,

@@ -3,14 +3,9 @@ sized to the room in the socket's send buffer, at most one TLS record per write.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import fcntl
-import json
 import os
 import socket
-import subprocess
-import sys
 import termios
 from collections.abc import Callable
 from pathlib import Path
@@ -18,13 +13,11 @@ from typing import Any
 
 import pytest
 
-import aiosendfile
 from aiosendfile._sending import buffered
 
 from .conftest import Connection
-from .subprocesses import env_importing_this_package
+from .subprocesses import run_load
 
-LOAD = Path(__file__).parent / "soak" / "load.py"
 CONNECTIONS = 100
 # Beyond what an idle TLS connection costs, per stalled send.  The buffered path
 # holds about 35 KiB (the TLS layer's buffer for one record, the send's objects);
@@ -32,23 +25,22 @@ CONNECTIONS = 100
 BOUND_KIB = 160
 
 
-def run_load(*args: str) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, str(LOAD), *args],
-        capture_output=True, text=True, timeout=120, env=env_importing_this_package(),
-        check=False,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-4000:]
-    result: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])
-    return result
-
-
 @pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
 def test_stalled_tls_downloads_hold_little(loop_name: str) -> None:
     """100 TLS downloads stalled at once (64 KiB client windows, 128 KiB send buffers):
     the server's RSS per connection, beyond an idle TLS connection's, stays small."""
-    stalled = ["--loop", loop_name, "--transport", "tls", "-n", str(CONNECTIONS),
-               "--rcvbuf", "64K", "--sndbuf", "128K"]  # fmt: skip
+    stalled = [
+        "--loop",
+        loop_name,
+        "--transport",
+        "tls",
+        "-n",
+        str(CONNECTIONS),
+        "--rcvbuf",
+        "64K",
+        "--sndbuf",
+        "128K",
+    ]
     idle = run_load(*stalled, "--mode", "idle")
     sends = run_load(*stalled, "--mode", "download", "--sizes", "1M")
     assert sends["client_failure_count"] == 0, sends["client_failures"]
@@ -90,35 +82,22 @@ def test_stalled_tls_downloads_of_a_large_file_hold_little(loop_name: str) -> No
 
 
 async def test_tls_send_stalled_with_default_buffers_leaves_nothing_in_the_transports(
-    connect: Callable[..., Any], make_file: Callable[..., Path]
+    stalled_connection: Callable[..., Any],
+    stalled_send: Callable[..., Any],
+    make_file: Callable[..., Path],
 ) -> None:
     """With the kernel's default buffers, a stalled TLS send sizes its writes to what the
     socket takes: once stalled, neither the TLS transport nor (asyncio) the socket
     transport under it holds a byte.  Sizing by SO_SNDBUF less the bytes queued
     overshot the kernel's own accounting: ~80 KB waited under the TLS transport."""
     path = make_file(64 * 1024 * 1024)
-    conn: Connection = await connect("tls", "transport", reading=False)
-    sending = asyncio.ensure_future(aiosendfile.send(conn.writer, path))
-    sock = socket.socket(fileno=os.dup(conn.transport.get_extra_info("socket").fileno()))
-    try:
-        queued = -1
-        for _ in range(100):  # until the socket's queue stops growing: the send is stalled
-            await asyncio.sleep(0.05)
-            now = int.from_bytes(fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, bytes(4)), "little")
-            if now == queued:
-                break
-            queued = now
-    finally:
-        sock.close()
-    assert not sending.done(), "the socket took everything: the test measures nothing"
+    conn: Connection = await stalled_connection("tls", "transport", sndbuf=None)
+    await stalled_send(conn, path)
     held = {"TLS transport": conn.transport.get_write_buffer_size()}
     lower = getattr(getattr(conn.transport, "_ssl_protocol", None), "_transport", None)
     if lower is not None:  # asyncio: the socket transport under the TLS one
         held["socket transport"] = lower.get_write_buffer_size()
     assert held == dict.fromkeys(held, 0), held
-    sending.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await sending
 
 
 def free_space(sock: socket.socket) -> int:
@@ -148,20 +127,21 @@ class Measuring:
 
 
 async def test_tls_writes_fit_the_socket(
-    connect: Callable[..., Any], make_file: Callable[..., Path]
+    stalled_connection: Callable[..., Any],
+    stalled_send: Callable[..., Any],
+    make_file: Callable[..., Path],
 ) -> None:
     """A slow reader over TLS: every write is at most one record, goes to a transport
     holding nothing, and is no bigger than the socket's room (or one record when the
     socket, just writable, says less)."""
     size = 6 * 1024 * 1024 + 7
     path = make_file(size)
-    conn: Connection = await connect("tls", "transport", reading=False, sndbuf=64 * 1024)
+    conn: Connection = await stalled_connection("tls", "transport", sndbuf=64 * 1024)
     conn.peer.delay = 0.002
     conn.peer._chunk = 64 * 1024
     measuring = Measuring(conn.transport)
     try:
-        sending = asyncio.ensure_future(aiosendfile.send(measuring, path, headers=b"HEAD"))
-        await asyncio.sleep(0.05)
+        sending = await stalled_send(conn, path, headers=b"HEAD", writer=measuring)
         conn.peer.resume()
         assert await sending == size
     finally:
@@ -181,15 +161,15 @@ async def test_tls_writes_fit_the_socket(
 
 
 async def test_tls_send_waiting_holds_no_chunk(
-    connect: Callable[..., Any], make_file: Callable[..., Path]
+    stalled_connection: Callable[..., Any],
+    stalled_send: Callable[..., Any],
+    make_file: Callable[..., Path],
 ) -> None:
     """A send stalled on a peer that reads nothing has no read under way and nothing
     of the file in the transport: its memory is what the socket took."""
     path = make_file(8 * 1024 * 1024)
-    conn: Connection = await connect("tls", "transport", reading=False, sndbuf=64 * 1024)
-    sending = asyncio.ensure_future(aiosendfile.send(conn.writer, path))
-    await asyncio.sleep(0.3)
-    assert not sending.done(), "the socket took everything: the test measures nothing"
+    conn: Connection = await stalled_connection("tls", "transport", sndbuf=64 * 1024)
+    sending = await stalled_send(conn, path)
     assert conn.transport.get_write_buffer_size() == 0
     lower = getattr(getattr(conn.transport, "_ssl_protocol", None), "_transport", None)
     if lower is not None:  # asyncio: the socket transport under the TLS one

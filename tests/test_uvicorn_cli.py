@@ -113,9 +113,14 @@ def running(argv: list[str], env: dict[str, str], log: Path, stop_server: bool) 
     cleanly."""
     with log.open("wb") as out:
         process = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            env=env, cwd=log.parent, start_new_session=True,
-        )  # fmt: skip
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=log.parent,
+            start_new_session=True,
+        )
     try:
         base = None
         deadline = time.monotonic() + START_TIMEOUT
@@ -146,8 +151,10 @@ def running(argv: list[str], env: dict[str, str], log: Path, stop_server: bool) 
 def curl(url: str, *args: str) -> bytes:
     return subprocess.run(
         ["curl", "--silent", "--show-error", "--fail", "--max-time", "60", *args, url],
-        check=True, capture_output=True, timeout=90,
-    ).stdout  # fmt: skip
+        check=True,
+        capture_output=True,
+        timeout=90,
+    ).stdout
 
 
 def downloaded(url: str, *args: str) -> int:
@@ -192,13 +199,11 @@ def test_uvicorn_command_line_bodies_leave_by_sendfile(
             pytest.fail("strace is not installed (.ci/run installs it)")
         pytest.skip("strace is not installed")
     trace = tmp_path / "trace.txt"
-    argv = [
-        strace, "-f", "-qq", "-o", str(trace),
-        "-e", "trace=accept,accept4,fcntl,sendfile,write,writev,sendto,sendmsg",
-        sys.executable, "-m", "uvicorn", "--factory", "tests.test_uvicorn_cli:make_app",
-        "--host", "127.0.0.1", "--port", "0", "--no-access-log",
-        "--http", f"aiosendfile.uvicorn:{http}", "--loop", f"aiosendfile.loops:{loop}",
-    ]  # fmt: skip
+    calls = "trace=accept,accept4,fcntl,sendfile,write,writev,sendto,sendmsg"
+    argv = [strace, "-f", "-qq", "-o", str(trace), "-e", calls]
+    argv += [sys.executable, "-m", "uvicorn", "--factory", "tests.test_uvicorn_cli:make_app"]
+    argv += ["--host", "127.0.0.1", "--port", "0", "--no-access-log"]
+    argv += ["--http", f"aiosendfile.uvicorn:{http}", "--loop", f"aiosendfile.loops:{loop}"]
     log = tmp_path / "server.log"
     with running(argv, _environment(root), log, stop_server=True) as base:
         report = json.loads(curl(base + "/loop"))
@@ -250,11 +255,9 @@ def test_gunicorn_worker(
 ) -> None:
     import importlib.metadata
 
-    argv = [
-        sys.executable, "-m", "gunicorn", "tests.test_uvicorn_cli:make_app()",
-        "--worker-class", f"aiosendfile.worker.{worker}", "--bind", "127.0.0.1:0",
-        "--workers", "1", "--timeout", "30", "--graceful-timeout", "5",
-    ]  # fmt: skip
+    argv = [sys.executable, "-m", "gunicorn", "tests.test_uvicorn_cli:make_app()"]
+    argv += ["--worker-class", f"aiosendfile.worker.{worker}", "--bind", "127.0.0.1:0"]
+    argv += ["--workers", "1", "--timeout", "30", "--graceful-timeout", "5"]
     version = tuple(int(part) for part in importlib.metadata.version("gunicorn").split(".")[:2])
     if version >= (25, 1):
         argv.append("--no-control-socket")  # its default path is one per user
@@ -298,9 +301,13 @@ def test_bench_asgi_workloads(tmp_path: Path) -> None:
     argv += ["--requests", "20", "--runs", "1", "--no-progress", "--json", str(out)]
     argv += ["--only", ",".join([*rows, "tls-uvicorn-asyncio"])]
     done = subprocess.run(
-        argv, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
         env=env_importing_this_package(),
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(out.read_text())
     assert report["failures"] == []

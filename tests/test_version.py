@@ -21,9 +21,12 @@ CHANGES = Path(__file__).resolve().parent.parent / "CHANGES.rst"
 def version_line(environ: dict[str, str]) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "aiosendfile", "--version"],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
         env=env_importing_this_package() | environ,
-    )  # fmt: skip
+    )
     assert done.stderr == ""
     return done.stdout
 

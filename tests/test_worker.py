@@ -134,9 +134,14 @@ def serving(args: list[str], served: Path, tmp_path: Path) -> Iterator[tuple[str
         fd = listening.fileno()
         server = subprocess.Popen(
             [arg.format(fd=fd) for arg in args],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            env=env, cwd=tmp_path, pass_fds=[fd], start_new_session=True,
-        )  # fmt: skip
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=tmp_path,
+            pass_fds=[fd],
+            start_new_session=True,
+        )
     # Our copy of the socket is closed: if the server dies, requests are refused, not left.
     try:
         yield f"http://127.0.0.1:{port}", output
@@ -158,8 +163,10 @@ def serving(args: list[str], served: Path, tmp_path: Path) -> Iterator[tuple[str
 def fetch(curl: str, url: str) -> bytes:
     return subprocess.run(
         [curl, "--silent", "--show-error", "--fail", "--max-time", str(CURL_TIMEOUT), url],
-        check=True, capture_output=True, timeout=CURL_TIMEOUT + 10,
-    ).stdout  # fmt: skip
+        check=True,
+        capture_output=True,
+        timeout=CURL_TIMEOUT + 10,
+    ).stdout
 
 
 def check_served_by_our_loop(curl: str, base: str, data: bytes, expected_loop: str) -> None:
@@ -178,12 +185,9 @@ def check_served_by_our_loop(curl: str, base: str, data: bytes, expected_loop: s
 
 
 def gunicorn_args(worker: str) -> list[str]:
-    args = [
-        sys.executable, "-m", "gunicorn", "tests.test_worker:make_app",
-        "--worker-class", f"aiosendfile.worker.{worker}",
-        "--bind", "fd://{fd}", "--workers", "1",
-        "--timeout", "30", "--graceful-timeout", "5", "--log-level", "info",
-    ]  # fmt: skip
+    args = [sys.executable, "-m", "gunicorn", "tests.test_worker:make_app"]
+    args += ["--worker-class", f"aiosendfile.worker.{worker}", "--bind", "fd://{fd}"]
+    args += ["--workers", "1", "--timeout", "30", "--graceful-timeout", "5", "--log-level", "info"]
     version = tuple(int(part) for part in importlib.metadata.version("gunicorn").split(".")[:2])
     if version >= (25, 1):
         # Its control socket defaults to one path per user ($HOME/.gunicorn/gunicorn.ctl).
@@ -241,9 +245,13 @@ def test_import_aiosendfile_does_not_import_the_worker() -> None:
     )
     done = subprocess.run(
         [sys.executable, "-c", code],
-        capture_output=True, text=True, check=True, timeout=30,
-        env=env_importing_this_package(), cwd=TESTS_PARENT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+        env=env_importing_this_package(),
+        cwd=TESTS_PARENT,
+    )
     assert done.stdout.strip() == "[]", done.stderr
 
 
@@ -257,9 +265,12 @@ def test_uvicorn_worker_without_aiohttp() -> None:
     )
     done = subprocess.run(
         [sys.executable, "-c", code],
-        capture_output=True, text=True, timeout=30,
-        env=env_importing_this_package(), cwd=TESTS_PARENT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env_importing_this_package(),
+        cwd=TESTS_PARENT,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["aiosendfile.worker", "UvicornWorker"]
 

@@ -149,9 +149,14 @@ async def serving(
     base URL.  `certfile`: TLS with that PEM (key and chain)."""
     sock = listening_socket()
     config = uvicorn.Config(
-        app, http=http, lifespan="off", log_config=None, access_log=False,
-        ssl_certfile=str(certfile) if certfile else None, **options,
-    )  # fmt: skip
+        app,
+        http=http,
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+        ssl_certfile=str(certfile) if certfile else None,
+        **options,
+    )
     server = uvicorn.Server(config)
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
     try:
@@ -191,8 +196,10 @@ def table(prefixes: tuple[str, ...]) -> list[Case]:
         for name, size in SIZES.items():
             stem = name.split(".")[0]
             target = prefix + name
-            cases += [Case(f"{where}-{stem}-full", target), Case(f"{where}-{stem}-head", target,
-                      method="HEAD")]  # fmt: skip
+            cases += [
+                Case(f"{where}-{stem}-full", target),
+                Case(f"{where}-{stem}-head", target, method="HEAD"),
+            ]
             if size:
                 cases += [
                     Case(f"{where}-{stem}-range", target, {"Range": f"bytes=7-{size // 2}"}),

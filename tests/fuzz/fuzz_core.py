@@ -53,9 +53,11 @@ CLOSED_FD = 1_000_000 - 1  # above any descriptor this process opens (RLIMIT_NOF
 # What a caller may see from a core: its documented exceptions.  Anything else is a bug.
 EXPECTED = (OSError, TypeError, ValueError, OverflowError, BufferError)
 
-INTS = [0, 1, 2, 7, 4095, 4096, FILE_SIZE - 1, FILE_SIZE, FILE_SIZE + 1, 65536, 2**31 - 1,
-        2**31, 2**32, 2**62, 2**63 - 1, 2**63, 2**64, -1, -2, -(2**31), -(2**31) - 1,
-        -(2**63), -(2**63) - 1]  # fmt: skip
+INTS = [
+    *(0, 1, 2, 7, 4095, 4096, FILE_SIZE - 1, FILE_SIZE, FILE_SIZE + 1, 65536),  # pages, the end
+    *(2**31 - 1, 2**31, 2**32, 2**62, 2**63 - 1, 2**63, 2**64),  # the C types' limits
+    *(-1, -2, -(2**31), -(2**31) - 1, -(2**63), -(2**63) - 1),  # negative
+]
 
 
 class Env:

@@ -29,7 +29,6 @@ import contextlib
 import json
 import os
 import random
-import resource
 import shutil
 import signal
 import socket
@@ -45,8 +44,9 @@ from typing import Any
 import trustme
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from storm_bytes import payload  # noqa: E402
+sys.path.insert(0, str(HERE.parent.parent))  # tests/ as a package
+from tests.footprint import raise_descriptor_limit  # noqa: E402
+from tests.isolated.storm_bytes import payload  # noqa: E402
 
 MiB = 1024 * 1024
 FILES = {"empty": 0, "one": 1, "page": 4096, "odd": 65_543, "mib": MiB - 3, "big": 6 * MiB + 3}
@@ -69,13 +69,6 @@ def churn(path: str, size: int) -> None:
         time.sleep(0.001)
         os.pwrite(fd, data[length:], length)
         time.sleep(rng.uniform(0.001, 0.005))
-
-
-def raise_nofile() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = hard if hard != resource.RLIM_INFINITY else 1 << 20
-    if soft < want:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
 class Storm:
@@ -273,7 +266,7 @@ def judge(job: dict[str, Any], client: dict[str, Any], server: dict[str, Any] | 
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    raise_nofile()
+    raise_descriptor_limit()
     work = Path(tempfile.mkdtemp(prefix="storm-"))
     files = work / "files"
     files.mkdir()
@@ -298,10 +291,18 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         sys.executable, __file__, "--churn", str(churn_path), str(CHURNING[1])
     )
     server = await asyncio.create_subprocess_exec(
-        sys.executable, str(HERE / "fault_storm_server.py"), args.loop, args.core, str(files),
-        json.dumps(dirs), str(work / "cert.pem"), str(work / "cert.pem"), unix_path,
-        stdout=asyncio.subprocess.PIPE, limit=1 << 26,  # the report is one long line
-    )  # fmt: skip
+        sys.executable,
+        str(HERE / "fault_storm_server.py"),
+        args.loop,
+        args.core,
+        str(files),
+        json.dumps(dirs),
+        str(work / "cert.pem"),
+        str(work / "cert.pem"),
+        unix_path,
+        stdout=asyncio.subprocess.PIPE,
+        limit=1 << 26,  # the report is one long line
+    )
     assert server.stdout is not None
     storm = Storm(args, client_tls, unix_path)
     try:
@@ -329,8 +330,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     for job in jobs:
         problem = judge(job, storm.results[job["id"]], report["outcomes"].get(job["id"]))
         if problem:
-            failures.append({"problem": problem, "job": job, "client": storm.results[job["id"]],
-                             "server": report["outcomes"].get(job["id"])})  # fmt: skip
+            failures.append(
+                {
+                    "problem": problem,
+                    "job": job,
+                    "client": storm.results[job["id"]],
+                    "server": report["outcomes"].get(job["id"]),
+                }
+            )
     left = {key: value for key, value in report["left"].items() if value}
     exercised = Counter(
         f"{job['kind']} {job['action']} {job['behaviour']}" for job in jobs

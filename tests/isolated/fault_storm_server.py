@@ -47,8 +47,9 @@ import aiosendfile
 from aiosendfile import _core, _disk
 from aiosendfile._receiving.zerocopy import PIPES
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from storm_bytes import payload
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/ as a package
+from tests.footprint import descriptors
+from tests.isolated.storm_bytes import payload
 
 outcomes: dict[str, dict[str, Any]] = {}
 handlers: set[asyncio.Task[Any]] = set()
@@ -177,14 +178,6 @@ def registrations() -> int:
                 with open(f"/proc/self/fdinfo/{fd}") as info:
                     count += sum(line.startswith("tfd:") for line in info)
     return count
-
-
-def descriptors() -> dict[str, str]:
-    out = {}
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            out[fd] = os.readlink(f"/proc/self/fd/{fd}")
-    return out
 
 
 async def main(files: str, dirs: dict, tls: ssl.SSLContext, unix_path: str) -> None:

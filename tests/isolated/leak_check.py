@@ -1,4 +1,5 @@
-"""Repeats send() through its success and error paths; prints descriptors and RSS.
+"""Repeats send() through its success and error paths; prints, as JSON, the
+descriptors and RSS after a warm-up and at the end (tests.footprint.growth_over).
 
 Run in a subprocess by tests/test_leaks.py (multidict's tests/isolated/ idea):
 a leak shows as growth between the warm-up and the end, in a process that
@@ -10,24 +11,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import os
-import resource
 import socket
 import struct
 import sys
 import tempfile
+from pathlib import Path
 
 import uvloop
 
 import aiosendfile
 from aiosendfile import _core
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/ as a package
+from tests.footprint import growth_over
+
 FILE_SIZE = 2 * 1024 * 1024
-
-
-def rss_kib() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() // 1024
 
 
 async def one_round(path: str) -> None:
@@ -70,12 +70,7 @@ async def main(rounds: int) -> None:
     with tempfile.NamedTemporaryFile() as tmp:
         tmp.write(os.urandom(FILE_SIZE))
         tmp.flush()
-        for _ in range(5):  # warm-up: caches, the executor's threads, interned objects
-            await one_round(tmp.name)
-        fds, rss = len(os.listdir("/proc/self/fd")), rss_kib()
-        for _ in range(rounds):
-            await one_round(tmp.name)
-        print(f"fds {fds} {len(os.listdir('/proc/self/fd'))} rss_kib {rss} {rss_kib()}")
+        print(json.dumps(await growth_over(rounds, lambda: one_round(tmp.name))))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""Repeats receive() through its success and error paths; prints descriptors and RSS.
+"""Repeats receive() through its success and error paths; prints, as JSON, the
+descriptors and RSS after a warm-up and at the end (tests.footprint.growth_over).
 
-Run in a subprocess by tests/test_receive.py, as leak_check.py is for send(): a
+Run in a subprocess by tests/test_leaks.py, as leak_check.py is for send(): a
 leak shows as growth between the warm-up and the end.  Usage:
 receive_leak_check.py LOOP CORE ROUNDS
 """
@@ -10,16 +11,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import os
 import socket
 import sys
 import tempfile
+from pathlib import Path
 
 import uvloop
-from leak_check import rss_kib  # this script's directory is on sys.path
 
 import aiosendfile
 from aiosendfile import _core
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/ as a package
+from tests.footprint import growth_over
 
 BODY = os.urandom(200_000)
 
@@ -67,12 +72,7 @@ async def one_round(directory: str) -> None:
 
 async def main(rounds: int) -> None:
     with tempfile.TemporaryDirectory() as directory:
-        for _ in range(5):  # warm-up: caches, the executor's threads, the pipe pool
-            await one_round(directory)
-        fds, rss = len(os.listdir("/proc/self/fd")), rss_kib()
-        for _ in range(rounds):
-            await one_round(directory)
-        print(f"fds {fds} {len(os.listdir('/proc/self/fd'))} rss_kib {rss} {rss_kib()}")
+        print(json.dumps(await growth_over(rounds, lambda: one_round(directory))))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import tracemalloc
+from pathlib import Path
 from typing import Any
 
 import trustme
@@ -38,21 +39,12 @@ import uvloop
 import aiosendfile
 from aiosendfile._receiving.zerocopy import PIPES
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/ as a package
+from tests.footprint import fd_count, rss_kib
+
 SMALL = 4096
 BODY = bytes(range(256)) * 8  # 2 KiB
 UPLOAD = 2048
-
-
-def rss_kib() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
-
-
-def fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
 
 
 def answer_close(sock: socket.socket) -> None:
@@ -226,7 +218,7 @@ async def main(sends: int, receives: int) -> dict[str, Any]:
         writer.close()
         await writer.wait_closed()
         peer.close()
-        fds_start = fds()
+        fds_start = fd_count()
         send_counts = await soak.run_sends(small)
         receive_counts = await soak.run_receives()
         PIPES.close_idle()  # receive()'s pipes kept for reuse are not a leak
@@ -235,7 +227,7 @@ async def main(sends: int, receives: int) -> dict[str, Any]:
             "receives": receive_counts,
             "checkpoints": soak.checkpoints,
             "fds_start": fds_start,
-            "fds_end": fds(),
+            "fds_end": fd_count(),
         }
 
 

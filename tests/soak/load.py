@@ -24,7 +24,6 @@ import contextlib
 import hashlib
 import json
 import os
-import resource
 import signal
 import socket
 import ssl
@@ -35,6 +34,15 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent.parent))  # tests/ as a package
+from tests.footprint import (  # noqa: E402
+    fd_count,
+    peak_rss_kib,
+    raise_descriptor_limit,
+    reset_peak_rss,
+    rss_kib,
+)
+
 # Mixed sizes, cycled over the connections: empty, tiny, one page, around the
 # buffered path's chunk sizes, and a few MiB.  Mean about 566 KiB.
 MIXED = [0, 1, 1000, 4096, 65_543, 262_144, 1_048_573, 3_145_728]
@@ -48,14 +56,6 @@ def parse_size(text: str) -> int:
     return int(text)
 
 
-def raise_nofile() -> int:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        want = hard if hard != resource.RLIM_INFINITY else 1 << 20
-        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
 def payload(size: int, seed: int) -> bytes:
     """Bytes in which a shifted or repeated run shows (a counter, salted)."""
     block = b"".join((i * 2654435761 + seed).to_bytes(8, "big") for i in range(8192))
@@ -63,33 +63,11 @@ def payload(size: int, seed: int) -> bytes:
 
 
 class Proc:
-    """The server process: its /proc figures, and its stdout lines."""
+    """The server process and its stdout lines."""
 
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process
         self.pid = process.pid
-
-    def status(self) -> dict[str, int]:
-        fields = {}
-        with open(f"/proc/{self.pid}/status") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key in ("VmRSS", "VmHWM", "Threads"):
-                    fields[key] = int(value.split()[0])
-        return fields
-
-    def rss(self) -> int:
-        return self.status()["VmRSS"]
-
-    def hwm(self) -> int:
-        return self.status()["VmHWM"]
-
-    def fds(self) -> int:
-        return len(os.listdir(f"/proc/{self.pid}/fd"))
-
-    def reset_peak(self) -> None:
-        with open(f"/proc/{self.pid}/clear_refs", "w") as f:
-            f.write("5")
 
     async def line(self, timeout: float = 30.0) -> str:
         assert self.process.stdout is not None
@@ -218,22 +196,22 @@ async def settle(server: Proc, fds_before: int) -> dict[str, int]:
     """The server's RSS once every connection closed, then after a trim (gc, malloc_trim,
     receive()'s idle pipes closed), and its descriptors then."""
     await wait_for_fds(server, fds_before + 8)  # up to 4 idle pipe pairs stay pooled
-    rss = server.rss()
+    rss = rss_kib(server.pid)
     os.kill(server.pid, signal.SIGUSR1)
     assert await server.line() == "trimmed"
     fds = await wait_for_fds(server, fds_before, 5.0)
-    return {"rss_kib": rss, "rss_trimmed_kib": server.rss(), "fds": fds}
+    return {"rss_kib": rss, "rss_trimmed_kib": rss_kib(server.pid), "fds": fds}
 
 
 async def wait_for_fds(server: Proc, target: int, timeout: float = 15.0) -> int:
     deadline = time.monotonic() + timeout
-    while (fds := server.fds()) > target and time.monotonic() < deadline:  # noqa: ASYNC110
+    while (fds := fd_count(server.pid)) > target and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.05)  # another process's descriptors: nothing to wait on
     return fds
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    nofile = raise_nofile()
+    nofile = raise_descriptor_limit()
     sizes = [parse_size(s) for s in args.sizes.split(",")] if args.sizes else MIXED
     with tempfile.TemporaryDirectory(prefix="aiosendfile-load-") as tmp:
         directory = Path(tmp)
@@ -262,10 +240,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         if args.chunk_size:
             env["AIOSENDFILE_LOAD_CHUNK_SIZE"] = str(parse_size(args.chunk_size))
         process = await asyncio.create_subprocess_exec(
-            sys.executable, str(HERE / "load_server.py"), args.loop, args.transport,
-            str(directory), *cert_args,
-            stdout=asyncio.subprocess.PIPE, env=env,
-        )  # fmt: skip
+            sys.executable,
+            str(HERE / "load_server.py"),
+            args.loop,
+            args.transport,
+            str(directory),
+            *cert_args,
+            stdout=asyncio.subprocess.PIPE,
+            env=env,
+        )
         server = Proc(process)
         try:
             words = (await server.line()).split()
@@ -297,18 +280,18 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.sleep(0.2)
             os.kill(server.pid, signal.SIGUSR1)  # measured as "after" is: trimmed
             assert await server.line() == "trimmed"
-            before = {"rss_kib": server.rss(), "fds": server.fds()}
+            before = {"rss_kib": rss_kib(server.pid), "fds": fd_count(server.pid)}
             round_.bytes = 0
             held: dict[str, int] = {}
 
             def sample_held() -> None:
-                held.update(rss_kib=server.rss(), fds=server.fds())
+                held.update(rss_kib=rss_kib(server.pid), fds=fd_count(server.pid))
 
-            server.reset_peak()
+            reset_peak_rss(server.pid)
             started = time.perf_counter()
             await round_.run(jobs(args.connections, "round"), args.stall, sample_held)
             elapsed = time.perf_counter() - started
-            peak = server.hwm()
+            peak = peak_rss_kib(server.pid)
             moved = round_.bytes
             check_uploads(args.connections, "round")
             after = await settle(server, before["fds"])

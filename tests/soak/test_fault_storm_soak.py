@@ -19,11 +19,8 @@ pytestmark = pytest.mark.soak
 @pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
 def test_fault_storm_soak(loop_name: str, core: Core, tmp_path: Path) -> None:
     with fault_disks_mounted(tmp_path) as disks:
-        report = run_storm(
-            loop_name, core.name, disks,
-            "--downloads", "2600", "--uploads", "2100", "--concurrency", "256",
-            "--stall", "3", "--seed", "1123", timeout=900,
-        )  # fmt: skip
+        storm = "--downloads 2600 --uploads 2100 --concurrency 256 --stall 3 --seed 1123"
+        report = run_storm(loop_name, core.name, disks, *storm.split(), timeout=900)
     check_storm(report)
     exercised = report["exercised"]
     cancelled_sends = sum(n for what, n in exercised.items() if what.startswith("D cancel "))

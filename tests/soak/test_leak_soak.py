@@ -3,15 +3,11 @@ warm-up (the first 10 %), tracemalloc's traced size and the RSS stay flat."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from ..subprocesses import env_importing_this_package
+from ..subprocesses import run_json_script
 
 pytestmark = pytest.mark.soak
 
@@ -26,14 +22,7 @@ RSS_GROWTH_KIB = 2 * 1024
 @pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
 def test_sends_and_receives_stay_flat(loop_name: str) -> None:
     script = Path(__file__).with_name("leak_soak.py")
-    out = subprocess.run(
-        [sys.executable, str(script), loop_name, str(OPERATIONS), str(OPERATIONS)],
-        capture_output=True, text=True, timeout=115, env=env_importing_this_package(),
-        check=False,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-4000:]
-    result: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])
-    print(json.dumps(result))
+    result = run_json_script(script, loop_name, str(OPERATIONS), str(OPERATIONS), timeout=115)
     assert result["sends"]["received"] == result["sends"]["sent"]
     assert result["receives"]["received"] == result["receives"]["expected"]
     assert result["fds_end"] == result["fds_start"], "descriptors were left open"

@@ -5,16 +5,14 @@ figures: it prints them as JSON)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ..subprocesses import run_json_script
+from ..subprocesses import run_load
 
 pytestmark = pytest.mark.soak
 
-HERE = Path(__file__).resolve().parent
 CONNECTIONS = 1000
 # A TLS connection idle on the stock loop already costs ~280 KiB (CPython's
 # sslproto zero-fills a 256 KiB read buffer per connection); what a stalled send
@@ -28,8 +26,10 @@ STALLED = ("--rcvbuf", "64K", "--sndbuf", "128K")
 ROUND_SLACK_KIB = 8 * 1024
 
 
-def run_load(*args: str, timeout: float = 110) -> dict[str, Any]:
-    return run_json_script(HERE / "load.py", "--rounds", "2", *args, timeout=timeout)
+def run_two_rounds(*args: str) -> dict[str, Any]:
+    """load.py with `args`, and a second round on the same server: what stays of the
+    first round, told from what piles up."""
+    return run_load("--rounds", "2", *args, timeout=110)
 
 
 def check_round(result: dict[str, Any]) -> None:
@@ -49,8 +49,9 @@ def check_round(result: dict[str, Any]) -> None:
 @pytest.mark.parametrize("transport", ["plain", "tls"])
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_concurrent_downloads(loop: str, transport: str) -> None:
-    result = run_load("--loop", loop, "--transport", transport, "--mode", "download",
-                      "-n", str(CONNECTIONS), *STALLED)  # fmt: skip
+    result = run_two_rounds(
+        *f"--loop {loop} --transport {transport} --mode download -n {CONNECTIONS}".split(), *STALLED
+    )
     check_round(result)
     # The larger files' sends were all still running (socket and file open) while
     # the clients read nothing.
@@ -63,8 +64,9 @@ def test_concurrent_downloads(loop: str, transport: str) -> None:
 @pytest.mark.parametrize("transport", ["plain", "tls"])
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_concurrent_uploads(loop: str, transport: str) -> None:
-    result = run_load("--loop", loop, "--transport", transport, "--mode", "upload",
-                      "-n", str(CONNECTIONS))  # fmt: skip
+    result = run_two_rounds(
+        *f"--loop {loop} --transport {transport} --mode upload -n {CONNECTIONS}".split()
+    )
     check_round(result)
     sizes = result["sizes"]
     assert result["bytes"] == sum(sizes[i % len(sizes)] for i in range(CONNECTIONS))
@@ -75,11 +77,9 @@ def test_tls_download_memory_per_connection(loop: str) -> None:
     """1,000 TLS downloads of 2 MiB stalled at once (64 KiB client windows, 128 KiB
     server send buffers): per connection, the server holds at most
     TLS_SEND_BUDGET_KIB more than an idle TLS connection costs."""
-    stalled = STALLED
-    idle = run_load("--loop", loop, "--transport", "tls", "--mode", "idle",
-                    "-n", str(CONNECTIONS), *stalled)  # fmt: skip
-    sends = run_load("--loop", loop, "--transport", "tls", "--mode", "download",
-                     "--sizes", "2M", "-n", str(CONNECTIONS), *stalled)  # fmt: skip
+    tls = f"--loop {loop} --transport tls -n {CONNECTIONS}".split()
+    idle = run_two_rounds(*tls, *STALLED, "--mode", "idle")
+    sends = run_two_rounds(*tls, *STALLED, "--mode", "download", "--sizes", "2M")
     check_round(sends)
     over_idle = sends["held_growth_per_conn_kib"] - idle["held_growth_per_conn_kib"]
     assert over_idle <= TLS_SEND_BUDGET_KIB, (

@@ -1,7 +1,7 @@
-"""The tests' disks: the slow FUSE disk of the cold-file and slow-open tests
-(aiosendfile/bench/slowfs.py, which can also fail writes), and a small tmpfs that
-fills up.  Each skips where it cannot be mounted, and fails instead under CI,
-which runs as root and installs FUSE."""
+"""The tests' disks: a FUSE disk (aiosendfile/bench/slowfs.py) that can sleep in reads
+or in opens and stats, or fail writes, and a small tmpfs that fills up.  Each skips
+where it cannot be mounted, and fails instead under CI, which runs as root and
+installs FUSE."""
 
 from __future__ import annotations
 
@@ -10,22 +10,36 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
+# Every skip for want of FUSE starts so: conftest.py counts them in one closing line.
+NO_FUSE_DISK = "no FUSE disk here"
 
-@contextlib.contextmanager
-def slow_disk(tmp_path: Path, read_delay: float, **options: Any) -> Iterator[tuple[Path, Path]]:
-    """(backing directory, mount point) of a FUSE passthrough sleeping `read_delay`
-    per read (`options`: slowfs.mounted's).  Skips where FUSE is not usable; fails
-    instead under CI, which installs it."""
+
+def skip_without_fuse_disk(reason: object) -> NoReturn:
+    """Skips the test for want of FUSE (fails under CI, which installs it)."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{NO_FUSE_DISK}: {reason}")
+    pytest.skip(f"{NO_FUSE_DISK}: {reason}")
+
+
+def require_fusepy() -> None:
+    """Skips the test unless fusepy imports (it needs libfuse2)."""
     try:
         import fuse  # noqa: F401  (fusepy, a test dependency)
     except (ImportError, OSError) as exc:  # OSError: fusepy without libfuse2
-        if os.environ.get("CI"):
-            pytest.fail(f"fusepy is not usable: {exc}")
-        pytest.skip(f"fusepy is not usable: {exc}")
+        skip_without_fuse_disk(f"fusepy is not usable: {exc}")
+
+
+@contextlib.contextmanager
+def fuse_disk(
+    tmp_path: Path, *, read_delay: float = 0.0, **options: Any
+) -> Iterator[tuple[Path, Path]]:
+    """(backing directory, mount point) of a FUSE passthrough sleeping `read_delay`
+    per read (`options`: slowfs.mounted's: open_delay, writable, fail_writes_after)."""
+    require_fusepy()
     from aiosendfile.bench import slowfs
 
     backing, mountpoint = tmp_path / "backing", tmp_path / "mnt"
@@ -35,9 +49,7 @@ def slow_disk(tmp_path: Path, read_delay: float, **options: Any) -> Iterator[tup
         with slowfs.mounted(backing, mountpoint, read_delay, **options):
             yield backing, mountpoint
     except slowfs.MountError as exc:
-        if os.environ.get("CI"):
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
+        skip_without_fuse_disk(exc)
 
 
 @contextlib.contextmanager
