@@ -28,55 +28,16 @@ in answers 403), and its ETag, Last-Modified and length are those of the file
 opened.  A .br or .gz sibling is never taken through a symlink.
 
 aiohttp stats and opens the file in its default executor, a thread round trip per
-response. From aiohttp 3.11 on, where the file's directory is on a local filesystem
-and the paths aiohttp looks up are in the dentry cache, aiohttp's own lookup
-(`_make_response()`) runs on the loop instead; anything else goes to the executor,
-as in aiohttp.
+response. Where the file's directory is on a local filesystem and the paths aiohttp
+looks up are in the dentry cache, aiohttp's own lookup runs on the loop instead
+(add_static(): its own path resolution too); anything else goes to the executor, as
+in aiohttp.
 
-This is the only module of the package that imports aiohttp. The aiohttp internals it
-relies on, the same from aiohttp 3.9 to 3.14 (checked against both) unless noted:
-
-- `web.FileResponse._sendfile(request, fobj, offset, count) -> writer`: called by
-  `prepare()` once status and headers are final and the file is open, to prepare the
-  response (write the header) and send `count` bytes from `offset`; aiohttp closes
-  `fobj` afterwards.
-- `StreamResponse.prepare()` hands the serialized status line and headers to the
-  payload writer's (`request._payload_writer`) `_write(bytes)`: in 3.9 from
-  `write_headers()`, in 3.14 from `send_headers()`. Caught there, they become
-  `send()`'s `headers=`. Were they written some other way, nothing is caught: aiohttp
-  writes them and `send()` sends the file after them, as after anything queued.
-- the payload writer's `output_size`, the byte count the access log reports, and
-  `StreamResponse._body_length`, where `write_eof()` copies it for the access log
-  (set here for a response the client aborted, which never reaches write_eof()).
-- from aiohttp 3.11 (to 3.14, the same code): `web.FileResponse.prepare()` calls
-  `_make_response(request, accept_encoding)` (lower-cased Accept-Encoding) in the
-  executor, which stats `_path` or the sibling `_get_file_path_stat_encoding()`
-  picks (lstat of `path + ext` for `web_fileresponse.ENCODING_EXTENSIONS`) and opens
-  it, and returns `(web_fileresponse._FileResponseResult, fobj, stat, encoding)`;
-  prepare() answers PermissionError with 403, other OSErrors with 404, and the
-  results with 403, `_precondition_failed(request)`, `_not_modified(request, etag,
-  mtime)` or `_prepare_open_file(request, fobj, stat, encoding)`, then closes fobj.
-  prepare() of ours repeats that tail after calling `_make_response()` on the loop.
-  Where prepare() no longer names those four methods (as in 3.9 and 3.10, which
-  stat and open inline), aiohttp's prepare() runs unchanged.
-- the lookup that stats the file (or the sibling it picks), replaced here by one
-  that opens it first and stats what it opened: from 3.10
-  `_get_file_path_stat_encoding(accept_encoding) -> (path, stat, encoding)` (3.11:
-  path None for a file that is not regular), in 3.9
-  `_get_file_path_stat_and_gzip(check_for_gzipped_file) -> (path, stat, gzip)`;
-  aiohttp then opens the returned path with `path.open("rb")` (in its executor
-  before 3.11), which hands over the file already open.  aiohttp 3.9's prepare()
-  lets the lookup's errors out (the connection drops): there the lookup runs first,
-  answered 403 or 404 as later versions answer.
-- `web_fileresponse.NOSENDFILE`; `web.StaticResource` binding its routes to
-  `self._handle`, which returns `web.FileResponse(path, chunk_size=...)` for a file
-  (its `_path`, `_chunk_size`), and its `_directory` (resolved) and
-  `_follow_symlinks`.
-- from aiohttp 3.11: `StaticResource._handle()` checks the name, then runs
-  `_resolve_path_to_response(self._directory.joinpath(filename))` in the executor
-  (resolution, the protections, the directory check, the FileResponse); ours calls
-  that same method on the loop when the path is a cached regular file of a local
-  directory.  Where `_handle()` no longer names it, aiohttp's runs unchanged.
+aiohttp has no public hook for any of this: the drop-ins hook aiohttp internals,
+all of them named in aiosendfile._aiohttp_compat as capabilities probed at import
+(the same from aiohttp 3.9 to 3.14 unless noted there).  Where one is missing, on an
+older aiohttp or one that changed, aiohttp's own code runs in its place, and a DEBUG
+line says so once.  This module uses no aiohttp private name itself.
 """
 
 from __future__ import annotations
@@ -89,12 +50,20 @@ import os
 import pathlib
 import stat
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import IO, Any, ClassVar
 
-from aiohttp import hdrs, web, web_fileresponse
+from aiohttp import hdrs, web
 from aiohttp.abc import AbstractStreamWriter
 
 from . import _beneath, _files
+from ._aiohttp_compat import (
+    NOSENDFILE,
+    FileResponseHooks,
+    Lookup,
+    StaticResourceHooks,
+    siblings,
+)
 from ._sending.api import send, which_path
 
 __all__ = ("FileResponse", "StaticResource", "add_static")
@@ -102,7 +71,7 @@ __all__ = ("FileResponse", "StaticResource", "add_static")
 log = logging.getLogger("aiosendfile")
 
 
-class FileResponse(web.FileResponse):
+class FileResponse(FileResponseHooks):
     """`aiohttp.web.FileResponse` whose body is sent by `aiosendfile.send()`.
 
     Same constructor, statuses and headers; see the module's docstring.  Once the
@@ -121,23 +90,25 @@ class FileResponse(web.FileResponse):
     path_taken: str | None = None
 
     def __init__(
-        self, *args: Any, directory: str | os.PathLike[str] | None = None, **kwargs: Any
+        self,
+        path: str | os.PathLike[str],
+        *args: Any,
+        directory: str | os.PathLike[str] | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(*args, **kwargs)
-        self._beneath = None if directory is None else os.path.abspath(directory)
-        if self._beneath is not None:
-            self._path = pathlib.Path(self._beneath, self._path)  # an absolute path stays
+        beneath = None if directory is None else os.path.abspath(directory)
+        if beneath is not None:
+            path = pathlib.Path(beneath, path)  # an absolute path stays
+        super().__init__(path, *args, **kwargs)
+        self._beneath = beneath
         self._opened: _OpenedPath | None = None  # opened for aiohttp, until it takes it
-        # aiohttp 3.9: the lookup made before its prepare(), for its own call.
-        self._looked_up: tuple[pathlib.Path, os.stat_result, bool] | None = None
+        self._looked_up: Lookup | None = None  # made before aiohttp's prepare(), for its call
 
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         try:
             return await self._prepare(request)
         finally:
-            opened, self._opened = self._opened, None
-            if opened is not None:
-                opened.close_unclaimed()  # a 304, a 412, a HEAD: aiohttp never took it
+            self._close_unclaimed()  # a 304, a 412, a HEAD: aiohttp never took it
 
     async def _prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         """aiohttp's prepare(), with its executor round trip skipped when the file (and
@@ -145,116 +116,87 @@ class FileResponse(web.FileResponse):
 
         aiohttp stats and opens the file in the default executor, a thread round
         trip per response.  Where its directory is on a local filesystem (the
-        verdict send() keeps per directory) and every path aiohttp's
-        `_make_response()` will look up is in the dentry cache, that same method
-        runs here on the loop instead; anything else goes to the executor, as in
-        aiohttp.  What follows is aiohttp's own prepare() from aiohttp 3.11 on.
+        verdict send() keeps per directory) and every path aiohttp's lookup will
+        stat is in the dentry cache, that same lookup runs here on the loop
+        instead; anything else goes to the executor, as in aiohttp.  Where aiohttp
+        would let the lookup's errors out, or opens the path itself while
+        `directory` is given, the lookup is made first (`_look_up_first()`).
         """
-        cls = type(self)
-        if not _ON_LOOP_SHAPE or (
-            cls._make_response is not FileResponse._make_response
-            or cls._get_file_path_stat_encoding is not FileResponse._get_file_path_stat_encoding
-        ):
-            # aiohttp before 3.11, or a subclass that looks files up its own way.
-            if _LOOKUP_ERRORS_UNANSWERED:
-                return await self._prepare_answering_lookup_errors(request)
-            return await super().prepare(request)
         accept_encoding = request.headers.get(hdrs.ACCEPT_ENCODING, "").lower()
-        if not _lookups_cached(self._path, accept_encoding):
-            return await super().prepare(request)  # the executor: aiohttp's own path
-        try:
-            result, fobj, st, file_encoding = web.FileResponse._make_response(
-                self, request, accept_encoding
-            )
-        except PermissionError:
-            self.set_status(web.HTTPForbidden.status_code)
-            return await web.StreamResponse.prepare(self, request)
-        except OSError:
-            self.set_status(web.HTTPNotFound.status_code)
-            return await web.StreamResponse.prepare(self, request)
-        results = web_fileresponse._FileResponseResult
-        if result is results.NOT_ACCEPTABLE:
-            self.set_status(web.HTTPForbidden.status_code)
-            return await web.StreamResponse.prepare(self, request)
-        if result is results.PRE_CONDITION_FAILED:
-            return await self._precondition_failed(request)
-        if result is results.NOT_MODIFIED:
-            etag_value = f"{st.st_mtime_ns:x}-{st.st_size:x}"
-            return await self._not_modified(request, etag_value, st.st_mtime)
-        assert fobj is not None
-        try:
-            return await self._prepare_open_file(request, fobj, st, file_encoding)
-        finally:
-            fobj.close()  # a regular file of a local filesystem, opened for reading
-
-    async def _prepare_answering_lookup_errors(
-        self, request: web.BaseRequest
-    ) -> AbstractStreamWriter | None:
-        """aiohttp 3.9's prepare(), after the lookup it would make (in its executor),
-        answered as later versions do: 403 for PermissionError or what is not a
-        regular file, 404 for other OSErrors (a path gone, a symlink refused), where
-        aiohttp 3.9 lets them out of prepare() and drops the connection (or opens a
-        FIFO and waits).  Its own call of the lookup then gets what was found."""
-        gzip = "gzip" in request.headers.get(hdrs.ACCEPT_ENCODING, "").lower()
-        loop = asyncio.get_running_loop()
-        try:
-            self._looked_up = await loop.run_in_executor(None, self._look_up_gzip, gzip)
-        except PermissionError:
-            self.set_status(web.HTTPForbidden.status_code)
-            return await web.StreamResponse.prepare(self, request)
-        except OSError:
-            self.set_status(web.HTTPNotFound.status_code)
-            return await web.StreamResponse.prepare(self, request)
-        if not stat.S_ISREG(self._looked_up[1].st_mode):
-            self._looked_up = None
-            self.set_status(web.HTTPForbidden.status_code)  # a FIFO would block its open
-            return await web.StreamResponse.prepare(self, request)
+        if self._looks_up_on_loop() and _lookups_cached(self._file, accept_encoding):
+            return await self._prepare_looked_up_here(request, accept_encoding)
+        capabilities = self._capabilities
+        if not capabilities.lookup_errors_answered or (
+            self._beneath is not None and not capabilities.lookup_hook
+        ):
+            loop = asyncio.get_running_loop()
+            status = await loop.run_in_executor(None, self._look_up_first, accept_encoding)
+            if status is not None:
+                self.set_status(status)
+                return await web.StreamResponse.prepare(self, request)
         return await super().prepare(request)
 
-    def _make_response(self, request: web.BaseRequest, accept_encoding: str) -> Any:
-        """aiohttp's, in its executor: the first response of a directory also finds
-        out whether the directory's filesystem is local (its later files may then
-        be opened on the loop)."""
-        made = super()._make_response(request, accept_encoding)
-        _files.learn_directory(self._path)
-        return made
+    def _look_up_first(self, accept_encoding: str) -> int | None:
+        """In the executor, before aiohttp's prepare(): the lookup aiohttp would make,
+        its failures answered as aiohttp answers them from 3.11 on (403 for
+        PermissionError and for what is not a regular file, whose open would wait
+        for a FIFO's writer; 404 for other OSErrors: a path gone, a way out, a
+        symlink refused), where aiohttp would drop the connection (3.9, 3.10.0-1);
+        None when it found the file, which aiohttp's own call of the lookup gets.
 
-    # aiohttp's lookup (in its executor, or on the loop above) finds the file to send
-    # and stats it: here it opens it first (beneath `directory`, if given), and
-    # stats what it opened; aiohttp's open() of the path it is given hands over that
-    # same file.  aiohttp 3.10 on: the file or a sibling aiohttp's ENCODING_EXTENSIONS
-    # name for the Accept-Encoding; 3.9: the file or its .gz.
+        Where aiohttp opens the path itself (no lookup hook), what was opened is
+        closed again: the file and the siblings aiohttp may take were checked beneath
+        `directory`, and a sibling that is there but refused answers 404 (aiohttp
+        would follow its symlink)."""
+        hooked = self._capabilities.lookup_hook
+        try:
+            looked_up = self._open_for_response(siblings(accept_encoding), strict=not hooked)
+        except PermissionError:
+            return web.HTTPForbidden.status_code
+        except OSError:
+            return web.HTTPNotFound.status_code
+        if looked_up[0] is None:
+            return web.HTTPForbidden.status_code
+        if hooked:
+            self._looked_up = looked_up
+        else:
+            self._close_unclaimed()
+        return None
 
-    def _get_file_path_stat_encoding(
-        self, accept_encoding: str
-    ) -> tuple[pathlib.Path | None, os.stat_result, str | None]:
-        siblings = [(ext, enc) for ext, enc in _ENCODINGS if enc in accept_encoding]
-        return self._open_for_response(siblings)
+    # The drop-in's side of the hooks (see _aiohttp_compat.FileResponseHooks).
 
-    def _get_file_path_stat_and_gzip(
-        self, check_for_gzipped_file: bool
-    ) -> tuple[pathlib.Path, os.stat_result, bool]:
+    def _look_up(self, siblings: Sequence[tuple[str, str]]) -> Lookup:
+        """aiohttp's lookup (in its executor, or on the loop), which finds the file to
+        send and stats it: here it opens it first (beneath `directory`, if given),
+        and stats what it opened; aiohttp's open() of the path it is given hands
+        over that same file."""
         looked_up, self._looked_up = self._looked_up, None
-        return looked_up or self._look_up_gzip(check_for_gzipped_file)
+        return looked_up or self._open_for_response(siblings)
 
-    def _look_up_gzip(self, gzip: bool) -> tuple[pathlib.Path, os.stat_result, bool]:
-        path, st, encoding = self._open_for_response([(".gz", "gzip")] if gzip else [])
-        return path or self._path, st, encoding is not None  # aiohttp 3.9 checks no type
+    def _after_executor_lookup(self) -> None:
+        """The first response of a directory finds out whether the directory's
+        filesystem is local (its later files may then be looked up on the loop)."""
+        _files.learn_directory(self._file)
 
     def _open_for_response(
-        self, siblings: list[tuple[str, str]]
-    ) -> tuple[_OpenedPath | None, os.stat_result, str | None]:
+        self, siblings: Sequence[tuple[str, str]], strict: bool = False
+    ) -> Lookup:
         """The first regular sibling (path + extension, never a symlink) that opens,
         else the file itself: (the opened path, its stat, the sibling's encoding).
-        The path is None where the file is not a regular file (aiohttp answers 403)."""
+        The path is None where the file is not a regular file (aiohttp answers 403).
+        `strict`: a sibling that is there but refused (a symlink) raises."""
         for extension, encoding in siblings:
             try:
-                opened, st = self._open(self._path.with_name(self._path.name + extension), True)
+                opened, st = self._open(self._file.with_name(self._file.name + extension), True)
+            except FileNotFoundError:
+                continue
             except (OSError, ValueError):
+                if strict:
+                    raise
                 continue  # as aiohttp's lstat() that fails: no such sibling
             if opened is not None:
                 return opened, st, encoding
-        opened, st = self._open(self._path, False)
+        opened, st = self._open(self._file, False)
         return opened, st, None
 
     def _open(self, path: pathlib.Path, sibling: bool) -> tuple[_OpenedPath | None, os.stat_result]:
@@ -284,14 +226,19 @@ class FileResponse(web.FileResponse):
         self._opened = opened
         return opened, st
 
-    async def _sendfile(
-        self, request: web.BaseRequest, fobj: Any, offset: int, count: int
+    def _close_unclaimed(self) -> None:
+        opened, self._opened = self._opened, None
+        if opened is not None:
+            opened.close_unclaimed()
+
+    async def _send_body(
+        self, request: web.BaseRequest, fobj: IO[Any], offset: int, count: int
     ) -> AbstractStreamWriter:
-        if web_fileresponse.NOSENDFILE or self.compression:
+        if NOSENDFILE or self.compression:
             # The body must pass through aiohttp's writer (compression), or the
             # application asked aiohttp not to use sendfile: aiohttp's own path.
             self.path_taken = "aiohttp"
-            return await super()._sendfile(request, fobj, offset, count)
+            return await self._send_body_as_aiohttp(request, fobj, offset, count)
         transport = request.transport
         if transport is None:
             raise ConnectionResetError("Connection lost")  # aiohttp's quiet path
@@ -302,11 +249,11 @@ class FileResponse(web.FileResponse):
         except ConnectionError:
             # The client went away: aiohttp's finish_response takes it as a premature
             # disconnection, quietly (send() has closed the transport), and logs the
-            # response with the body_length write_eof() sets, which it never reaches.
+            # response with the body length write_eof() sets, which it never reaches.
             # The log says what went instead: send() leaves the file after the bytes
             # it handed to the kernel.
             writer.output_size += len(header) + max(fobj.tell() - offset, 0)
-            self._body_length = writer.output_size
+            self._set_body_length(writer.output_size)
             raise
         writer.output_size += len(header) + sent  # what aiohttp's own writes would count
         if sent < count:
@@ -314,48 +261,17 @@ class FileResponse(web.FileResponse):
             # the only way to tell it, rather than leave it waiting for the rest.
             log.warning(
                 "%s shrank while it was sent (%d of %d bytes): closing the connection",
-                self._path, sent, count,
+                self._file, sent, count,
             )  # fmt: skip
             self.force_close()
         await web.StreamResponse.write_eof(self)
         return writer
 
-    async def _prepare_holding_header(
-        self, request: web.BaseRequest
-    ) -> tuple[AbstractStreamWriter, bytes]:
-        """Prepares the response as aiohttp does, but keeps the header bytes that
-        aiohttp would write: they go out with the file's first bytes instead."""
-        writer: Any = request._payload_writer
-        held: list[bytes] = []
-        # An instance attribute shadows the method for the length of prepare() only.
-        writer._write = lambda chunk: held.append(bytes(chunk))
-        try:
-            prepared = await web.StreamResponse.prepare(self, request)
-        finally:
-            del writer._write
-        assert prepared is writer
-        return prepared, b"".join(held)
-
-
-# aiohttp 3.11 and later: prepare() runs _make_response() in the executor, then
-# _precondition_failed(), _not_modified() or _prepare_open_file() by its result.
-# Earlier versions (3.9, 3.10) stat and open inline: their prepare() is left alone.
-_ON_LOOP_SHAPE = all(
-    name in web.FileResponse.prepare.__code__.co_names
-    for name in ("_make_response", "_prepare_open_file", "_precondition_failed", "_not_modified")
-) and all(
-    hasattr(web_fileresponse, name) for name in ("_FileResponseResult", "ENCODING_EXTENSIONS")
-)
-# aiohttp 3.9: prepare() runs _get_file_path_stat_and_gzip() with no except clause.
-_LOOKUP_ERRORS_UNANSWERED = hasattr(web.FileResponse, "_get_file_path_stat_and_gzip")
-# (".br", "br"), (".gz", "gzip"): the siblings aiohttp looks for, in its order.
-_ENCODINGS = tuple(getattr(web_fileresponse, "ENCODING_EXTENSIONS", {}).items())
-
 
 def _lookups_cached(path: pathlib.Path, accept_encoding: str) -> bool:
-    """Whether the lookups of aiohttp's _make_response() wait for nothing: `path`'s
-    directory is on a local filesystem, and `path` and the .br/.gz siblings it may
-    lstat() for `accept_encoding` are in the dentry cache (present, or known absent).
+    """Whether aiohttp's lookups wait for nothing: `path`'s directory is on a local
+    filesystem, and `path` and the .br/.gz siblings it may lstat() for
+    `accept_encoding` are in the dentry cache (present, or known absent).
 
     A look with openat2(RESOLVE_CACHED, O_PATH): no file is opened for reading (a
     FIFO or a device is left alone) and no filesystem is asked anything.
@@ -369,11 +285,9 @@ def _lookups_cached(path: pathlib.Path, accept_encoding: str) -> bool:
         name = os.fspath(path)
         if not _cached(name, dev, os.O_PATH, missing_ok=False):
             return False
-        for extension, encoding in _ENCODINGS:
+        for extension, _ in siblings(accept_encoding):
             # path.with_suffix(path.suffix + extension), as aiohttp names the sibling
-            if encoding in accept_encoding and not _cached(
-                name + extension, dev, os.O_PATH | os.O_NOFOLLOW, missing_ok=True
-            ):
+            if not _cached(name + extension, dev, os.O_PATH | os.O_NOFOLLOW, missing_ok=True):
                 return False
     except (OSError, ValueError):
         return False  # an odd path: aiohttp's path has the last word
@@ -427,54 +341,69 @@ class _OpenedPath(pathlib.PosixPath):
         return pathlib.Path(*pathsegments)  # paths derived from this one are plain paths
 
 
-class StaticResource(web.StaticResource):
+class StaticResource(StaticResourceHooks):
     """`aiohttp.web.StaticResource` serving its files with this module's FileResponse.
 
     aiohttp resolves the path and applies its protections (no `..`, no symlink out of
     the root unless follow_symlinks), then the file response it made is replaced.
     """
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    _file_response_class: ClassVar[type[FileResponse]] = FileResponse  # what serves its files
+
+    def __init__(
+        self,
+        prefix: str,
+        directory: str | os.PathLike[str],
+        *,
+        follow_symlinks: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(prefix, directory, follow_symlinks=follow_symlinks, **kwargs)
+        # Resolved, as aiohttp checks paths against it.
+        self._directory_served: pathlib.Path = self.get_info()["directory"]
+        self._follows_symlinks = follow_symlinks
+
+    async def _serve(self, request: web.Request) -> web.StreamResponse:
         unresolved = self._unresolved_if_cached(request)
         try:
             if unresolved is None:
-                response = await super()._handle(request)  # resolved in aiohttp's executor
+                response = await self._handle_as_aiohttp(request)  # resolved in its executor
             else:
                 # aiohttp's own resolution and checks, here: nothing in them waits.
-                response = self._resolve_path_to_response(unresolved)
+                response = self._resolve_here(unresolved)
         except OSError as exc:
             # The path changed while realpath() walked it (a symlink replaced by a
             # file: readlink() fails with EINVAL): as for any path that is not there.
             raise web.HTTPNotFound() from exc
-        if type(response) is not web.FileResponse:
+        made = self._file_of(response)
+        if made is None:
             return response  # a directory index, or a subclass someone chose
-        path: pathlib.Path = response._path
-        return FileResponse(
+        path, chunk_size = made
+        return self._file_response_class(
             path,
-            chunk_size=response._chunk_size,
+            chunk_size=chunk_size,
             status=response.status,
             reason=response.reason,
             headers=response.headers,
             # aiohttp checked the path, symlinks resolved, against the directory;
             # opened beneath it, a symlink swapped in since is refused.  With
             # follow_symlinks, symlinks out of it are what was asked for.
-            directory=None if self._follow_symlinks else self._directory,
+            directory=None if self._follows_symlinks else self._directory_served,
         )
 
     def _unresolved_if_cached(self, request: web.Request) -> pathlib.Path | None:
-        """The path aiohttp's `_resolve_path_to_response()` would resolve (in its
-        executor), when that waits for nothing: a regular file whose directory is on
-        a local filesystem and whose every path component, symlinks followed, is in
-        the dentry cache (openat2 RESOLVE_CACHED, O_PATH).  None otherwise: a
-        directory (its index lists it), a cold or missing path, an odd name."""
-        if not _STATIC_ON_LOOP_SHAPE or (
-            type(self)._resolve_path_to_response is not web.StaticResource._resolve_path_to_response
-        ):
-            return None  # aiohttp before 3.11, or a subclass that resolves its own way
+        """The path aiohttp's resolution would resolve (in its executor), when that
+        waits for nothing: a regular file whose directory is on a local filesystem
+        and whose every path component, symlinks followed, is in the dentry cache
+        (openat2 RESOLVE_CACHED, O_PATH).  None otherwise: a directory (its index
+        lists it), a cold or missing path, an odd name, or an aiohttp that resolves
+        inline."""
+        if not self._resolves_on_loop():
+            return None
         filename = pathlib.Path(request.match_info["filename"])
         if filename.anchor or filename.is_absolute():
             return None  # aiohttp answers these itself (403 or 404, by version)
-        unresolved = self._directory.joinpath(filename)
+        unresolved = self._directory_served.joinpath(filename)
         try:
             dev = _files.verdict_of(unresolved)
             if dev is None:
@@ -484,11 +413,6 @@ class StaticResource(web.StaticResource):
         except (OSError, ValueError):
             return None  # a NUL in the name, say: aiohttp's path has the last word
         return unresolved
-
-
-# aiohttp 3.11 and later: StaticResource._handle() runs _resolve_path_to_response()
-# in the executor.  Earlier versions resolve inline: their _handle() is left alone.
-_STATIC_ON_LOOP_SHAPE = "_resolve_path_to_response" in web.StaticResource._handle.__code__.co_names
 
 
 def add_static(

@@ -8,8 +8,10 @@ statuses and headers, bodies byte-exact.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import os
 import socket
@@ -33,8 +35,11 @@ except ImportError:
         raise
     pytest.skip("aiohttp is not installed: pip install -e '.[aiohttp]'", allow_module_level=True)
 
+import aiosendfile._aiohttp_compat
 import aiosendfile.aiohttp
-from aiosendfile.aiohttp import FileResponse, add_static
+from aiosendfile._aiohttp_compat import AIOHTTP as AIOHTTP_HAS
+from aiosendfile._aiohttp_compat import CAPABILITIES, Capabilities
+from aiosendfile.aiohttp import FileResponse, StaticResource, add_static
 
 from .http_cases import (
     AIOHTTP,
@@ -64,6 +69,51 @@ def tree(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
     """(the static root, its files' contents by name)."""
     contents = make_tree(tmp_path)
     return tmp_path / "static", contents
+
+
+@dataclasses.dataclass(frozen=True)
+class DropIns:
+    """The drop-in classes, as they behave on an aiohttp with `capabilities`."""
+
+    capabilities: Capabilities
+    response: type[FileResponse]
+    static: type[StaticResource]
+    lacking: str = ""  # the capability taken away from this aiohttp's
+
+
+OURS = DropIns(AIOHTTP_HAS, FileResponse, StaticResource)
+
+
+def drop_ins_without(name: str) -> DropIns:
+    """The drop-ins handed this aiohttp's capabilities less `name` (the compat module's
+    switch), as on an aiohttp without it."""
+    capabilities = AIOHTTP_HAS.without(name)
+
+    class Response(FileResponse):
+        _capabilities = capabilities
+
+    class Static(StaticResource):
+        _capabilities = capabilities
+        _file_response_class = Response
+
+    return DropIns(capabilities, Response, Static, name)
+
+
+def app_of(root: Path, drop_ins: DropIns) -> web.Application:
+    """make_app()'s app served by `drop_ins`, with /confined?name=: a FileResponse of
+    name, beneath root."""
+
+    async def files(request: web.Request) -> web.StreamResponse:
+        return drop_ins.response(root / request.match_info["name"])
+
+    async def confined(request: web.Request) -> web.StreamResponse:
+        return drop_ins.response(request.query["name"], directory=root)
+
+    app = web.Application()
+    app.router.add_get("/files/{name:.+}", files)
+    app.router.add_get("/confined", confined)
+    app.router.register_resource(drop_ins.static("/static", root))
+    return app
 
 
 def make_app(root: Path, ours: bool, **static: Any) -> web.Application:
@@ -120,6 +170,11 @@ async def ask_both(
     return replies[0], replies[1]
 
 
+def static_file(case: Case) -> str:
+    """The file of the static root a static case's 200 carries."""
+    return case.target.removeprefix("/static/").replace("link_in", "small.txt")
+
+
 def check_body(reply: Reply, case: Case, contents: dict[str, bytes], name: str) -> None:
     """The body is the bytes the status and headers describe (the sibling's, if encoded)."""
     if case.method == "HEAD" or reply.status not in (200, 206):
@@ -162,8 +217,7 @@ async def test_add_static_matches_aiohttp(
     assert ours.status in case.status
     assert SECRET not in ours.body
     if ours.status == 200:
-        name = case.target.removeprefix("/static/").replace("link_in", "small.txt")
-        check_body(ours, case, contents, name)
+        check_body(ours, case, contents, static_file(case))
 
 
 async def test_add_static_keyword_arguments(tree: tuple[Path, dict[str, bytes]]) -> None:
@@ -265,7 +319,8 @@ async def ask_ours_twice(
 
 
 on_the_loop = pytest.mark.skipif(
-    not aiosendfile.aiohttp._ON_LOOP_SHAPE, reason="aiohttp < 3.11: its own prepare()"
+    not (AIOHTTP_HAS.look_up_on_loop and AIOHTTP_HAS.resolve_on_loop),
+    reason=f"aiohttp {aiohttp.__version__} looks files up in its executor, always",
 )
 
 
@@ -316,8 +371,7 @@ async def test_add_static_on_the_loop_matches_aiohttp(
         assert ours.same_as(stock) == []
         assert SECRET not in ours.body
         if ours.status == 200:
-            name = case.target.removeprefix("/static/").replace("link_in", "small.txt")
-            check_body(ours, case, contents, name)
+            check_body(ours, case, contents, static_file(case))
     assert problems(caplog) == []
 
 
@@ -615,21 +669,88 @@ def test_import_aiosendfile_leaves_aiohttp_alone() -> None:
 
 
 def test_only_the_sendfile_hook_is_replaced() -> None:
-    """The smallest override: statuses and headers stay aiohttp's own code (prepare()
-    only chooses where aiohttp's _make_response() runs, _make_response() only adds the
-    directory's verdict, and the lookup opens the file before aiohttp stats it)."""
-    ours = {k for k, v in vars(FileResponse).items() if callable(v)}
-    assert ours == {
-        "__init__", "_sendfile", "_prepare_holding_header", "prepare", "_prepare",
-        "_make_response", "_get_file_path_stat_encoding", "_get_file_path_stat_and_gzip",
-        "_open_for_response", "_open", "_look_up_gzip", "_prepare_answering_lookup_errors",
-    }  # fmt: skip
-    assert callable(getattr(web.FileResponse, "_sendfile", None))
-    # aiohttp 3.11 on: the shape the loop path relies on (3.9 and 3.10: their own path).
-    assert aiosendfile.aiohttp._ON_LOOP_SHAPE == (AIOHTTP >= (3, 11))
+    """The smallest override: statuses and headers stay aiohttp's own code.  Of
+    aiohttp's methods, ours replace only the constructor, prepare() (which only
+    chooses where aiohttp's lookup runs), the body's hook, the lookup (which opens
+    the file before aiohttp stats it) and, where aiohttp has it, _make_response()
+    (which only adds the directory's verdict)."""
+    ours = FileResponse.__mro__[: FileResponse.__mro__.index(web.FileResponse)]
+    replaced = {
+        name
+        for cls in ours
+        for name, value in vars(cls).items()
+        if callable(value) and hasattr(web.FileResponse, name)
+    }
+    hooks = ("_get_file_path_stat_encoding", "_get_file_path_stat_and_gzip", "_make_response")
+    those_there = {name for name in hooks if hasattr(web.FileResponse, name)}
+    assert replaced == {"__init__", "prepare", "_sendfile"} | those_there
+
+
+# What aiohttp releases lack, as found by the compat module's probes (the newest has all).
+MISSING_IN = {
+    "3.9.0": ("lookup_hook", "lookup_errors_answered", "look_up_on_loop", "resolve_on_loop"),
+    "3.9.5": ("lookup_errors_answered", "look_up_on_loop", "resolve_on_loop"),
+    "3.10.0": ("lookup_errors_answered", "look_up_on_loop"),
+    "3.10.11": ("look_up_on_loop",),
+}
+
+
+def test_capabilities_of_this_aiohttp() -> None:
+    if NEWEST:
+        assert AIOHTTP_HAS.missing == ()
+    elif aiohttp.__version__ in MISSING_IN:
+        assert AIOHTTP_HAS.missing == MISSING_IN[aiohttp.__version__]
+    else:
+        pytest.skip(f"aiohttp {aiohttp.__version__}: not one whose capabilities are known")
+
+
+def test_the_drop_ins_name_no_aiohttp_private_name() -> None:
+    """aiosendfile/aiohttp.py reaches aiohttp's internals only through the compat
+    module: no private name it uses (an attribute or a method) is one of aiohttp's."""
+    package = Path(aiohttp.__file__).parent
+
+    def private_names(*sources: Path) -> set[str]:
+        names = set()
+        for source in sources:
+            for node in ast.walk(ast.parse(source.read_text())):
+                name = getattr(node, "attr", None) or getattr(node, "name", None)
+                if isinstance(name, str) and name.startswith("_") and not name.startswith("__"):
+                    names.add(name)
+        return names
+
+    aiohttps = private_names(*package.glob("*.py"))
+    assert private_names(Path(aiosendfile.aiohttp.__file__)) & aiohttps == set()
+    # The compat module names them all (those this aiohttp has, the newest: all but one).
+    named = private_names(Path(aiosendfile._aiohttp_compat.__file__)) & aiohttps
+    assert named <= AIOHTTP_INTERNALS
+    assert len(named) >= (len(AIOHTTP_INTERNALS) - 1 if NEWEST else 8)
+
+
+# Every aiohttp private name the drop-ins rely on (through aiosendfile._aiohttp_compat).
+AIOHTTP_INTERNALS = {
+    "_sendfile",
+    "_write",
+    "_body_length",
+    "_get_file_path_stat_encoding",
+    "_get_file_path_stat_and_gzip",
+    "_make_response",
+    "_FileResponseResult",
+    "_precondition_failed",
+    "_not_modified",
+    "_prepare_open_file",
+    "_handle",
+    "_resolve_path_to_response",
+    "_path",
+    "_chunk_size",
+}
 
 
 # --- confinement: a symlink swapped in while a request is under way ---
+
+# What the lookup hook guarantees (3.9.0 and 3.9.1 have none: aiohttp opens the path).
+opens_first = pytest.mark.skipif(
+    not AIOHTTP_HAS.lookup_hook, reason=f"aiohttp {aiohttp.__version__} opens the path itself"
+)
 
 RACE_SECONDS = 2.5
 # Swaps each target between a hard link of `inside` and a symlink to `secret`, as
@@ -684,6 +805,7 @@ async def leaks_under_the_race(
     return counts[0], counts[1], statuses
 
 
+@opens_first
 @pytest.mark.parametrize("how", ["add_static", "file_response"])
 async def test_no_byte_from_outside_while_symlinks_are_swapped(tmp_path: Path, how: str) -> None:
     """A file and a .gz sibling swapped, over and over, between a file of the served
@@ -727,16 +849,13 @@ async def test_file_response_beneath_a_directory(tree: tuple[Path, dict[str, byt
     (`..`, an absolute path elsewhere) and for any symlink on the path; without
     `directory`, the path is opened as aiohttp opens it, symlinks followed."""
     root, contents = tree
+    async with serving(app_of(root, OURS)) as (url, _):
+        await check_confined(url, root, contents)
 
-    async def confined(request: web.Request) -> web.StreamResponse:
-        return FileResponse(request.query["name"], directory=root)
 
-    async def plain(request: web.Request) -> web.StreamResponse:
-        return FileResponse(root / request.query["name"])
-
-    app = web.Application()
-    app.router.add_get("/confined", confined)
-    app.router.add_get("/plain", plain)
+async def check_confined(url: str, root: Path, contents: dict[str, bytes]) -> None:
+    """What /confined?name= (FileResponse(name, directory=root)) and /files/{name}
+    (FileResponse(root / name)) answer, on the app_of() served at `url`."""
     outside = str(root.parent / "outside" / "secret.txt")
     expected = {
         "small.txt": (200, contents["small.txt"]),
@@ -749,12 +868,8 @@ async def test_file_response_beneath_a_directory(tree: tuple[Path, dict[str, byt
         "missing.txt": (404, None),
         "sub": (403, None),  # not a regular file, as aiohttp answers
     }
-    async with (
-        serving(app) as (url, _),
-        aiohttp.ClientSession(
-            headers={"Accept-Encoding": "identity"}, auto_decompress=False
-        ) as session,
-    ):
+    identity = {"Accept-Encoding": "identity"}
+    async with aiohttp.ClientSession(headers=identity, auto_decompress=False) as session:
         for name, (status, body) in expected.items():
             async with session.get(f"{url}/confined", params={"name": name}) as resp:
                 got = await resp.read()
@@ -765,10 +880,11 @@ async def test_file_response_beneath_a_directory(tree: tuple[Path, dict[str, byt
         async with session.get(f"{url}/confined", params={"name": "small.txt"}, headers=gzip) as r:
             assert r.headers["Content-Encoding"] == "gzip"
             assert await r.read() == contents["small.txt.gz"]
-        async with session.get(f"{url}/plain", params={"name": "link_out"}) as resp:
+        async with session.get(f"{url}/files/link_out") as resp:
             assert (resp.status, await resp.read()) == (200, SECRET)
 
 
+@opens_first
 async def test_add_static_refuses_a_symlinked_sibling(tmp_path: Path) -> None:
     """A .gz sibling that is a symlink is never sent (aiohttp skips it by lstat(); the
     open refuses it too), on both paths: served from the file itself."""
@@ -810,6 +926,7 @@ while time.monotonic() < deadline:
 """
 
 
+@opens_first
 async def test_a_fifo_swapped_in_never_blocks_the_server(tmp_path: Path) -> None:
     """A file swapped, over and over, for a FIFO: every response comes at once (the
     file, or 403), on the executor path and the loop's.  Were the FIFO opened as
@@ -841,3 +958,241 @@ async def test_a_fifo_swapped_in_never_blocks_the_server(tmp_path: Path) -> None
     assert statuses <= {200, 403, 404}, statuses
     assert max(latencies) < 1.0, f"a response waited {max(latencies):.1f}s"
     assert len(latencies) > 50, "too few requests to have met the race"
+
+
+# --- where aiohttp lacks a capability, its own code runs ---
+# Each test hands the drop-ins this aiohttp's capabilities less one, as on an aiohttp
+# without it: drop_ins_without(name), the compat module's switch on subclasses.
+
+
+@pytest.fixture(params=CAPABILITIES)
+def without(request: pytest.FixtureRequest) -> DropIns:
+    """The drop-ins without the capability named."""
+    return drop_ins_without(request.param)
+
+
+async def test_without_a_capability_answers_as_aiohttp(
+    without: DropIns, tree: tuple[Path, dict[str, bytes]], debug_log: pytest.LogCaptureFixture
+) -> None:
+    """Both tables, asked of aiohttp's own classes and (twice: the executor, then the
+    loop where the capabilities allow) of the drop-ins lacking one capability: the
+    same statuses and headers, bodies byte-exact; and one DEBUG line saying what runs
+    instead."""
+    root, contents = tree
+    asks = [(f"/files/{case.target}", case, case.target) for case in FILE_CASES]
+    asks += [(case.target, case, "small.txt") for case in STATIC_CASES]
+    async with (
+        serving(make_app(root, ours=False)) as (stock_url, _),
+        serving(app_of(root, without)) as (url, _),
+        aiohttp.ClientSession(auto_decompress=False) as session,
+    ):
+        for target, case, etag_file in asks:
+            etag = etag_of(root / etag_file)
+            stock = await fetch(session, stock_url + target, case, etag)
+            for _ in range(2):
+                ours = await fetch(session, url + target, case, etag)
+                assert ours.same_as(stock) == [], case.id
+                assert SECRET not in ours.body
+                if case in FILE_CASES:
+                    check_body(ours, case, contents, case.target)
+                elif ours.status == 200:
+                    check_body(ours, case, contents, static_file(case))
+    said = [r.getMessage() for r in debug_log.records if r.name == "aiosendfile"]
+    assert len([line for line in said if f" without {without.lacking}: " in line]) == 1
+    assert problems(debug_log) == []
+
+
+@pytest.mark.parametrize("without", ["body_hook"], indirect=True)
+async def test_without_body_hook_aiohttp_sends_the_body(
+    without: DropIns, tree: tuple[Path, dict[str, bytes]], debug_log: pytest.LogCaptureFixture
+) -> None:
+    """No body goes through send(): aiohttp sends each (loop.sendfile(), or chunks read
+    in a thread on uvloop), and path_taken stays None."""
+    root, contents = tree
+    prepared: list[web.StreamResponse] = []
+
+    async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
+        prepared.append(response)
+
+    app = app_of(root, without)
+    app.on_response_prepare.append(on_prepare)
+    async with serving(app) as (url, _), aiohttp.ClientSession() as session:
+        for target, name in (("/files/mid.bin", "mid.bin"), ("/static/large.bin", "large.bin")):
+            async with session.get(url + target) as resp:
+                assert (resp.status, await resp.read()) == (200, contents[name])
+    assert sends(debug_log) == []
+    assert [type(r).__name__ for r in prepared] == ["Response", "Response"]
+    assert [getattr(r, "path_taken", "?") for r in prepared] == [None, None]
+
+
+@pytest.mark.parametrize("without", ["header_hook"], indirect=True)
+async def test_without_header_hook_aiohttp_writes_the_header(
+    without: DropIns, tree: tuple[Path, dict[str, bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiohttp writes the header itself, send() is handed none, and the file's bytes
+    follow the header on the wire."""
+    root, contents = tree
+    given: list[bytes] = []
+    real_send = aiosendfile.send  # what aiosendfile.aiohttp calls
+
+    async def spy(*args: Any, headers: bytes, **kwargs: Any) -> int:
+        given.append(headers)
+        return await real_send(*args, headers=headers, **kwargs)
+
+    monkeypatch.setattr(aiosendfile.aiohttp, "send", spy)
+    loop = asyncio.get_running_loop()
+    async with serving(app_of(root, without)) as (url, _):
+
+        def client() -> bytes:
+            with raw_connect(url) as sock:
+                sock.sendall(request_bytes("/files/mid.bin", "Connection: close\r\n"))
+                chunks = []
+                while chunk := sock.recv(1 << 20):
+                    chunks.append(chunk)
+                return b"".join(chunks)
+
+        stream = await loop.run_in_executor(None, client)
+    assert given == [b""]
+    head, _, body = stream.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert body == contents["mid.bin"]
+
+
+@pytest.mark.parametrize("without", ["body_length_slot"], indirect=True)
+async def test_without_body_length_slot_an_aborted_response_counts_as_aiohttps(
+    without: DropIns, tree: tuple[Path, dict[str, bytes]]
+) -> None:
+    """A download the client aborts never reaches write_eof(), which sets body_length
+    (the access log's %b): the drop-in sets what went instead; without the slot it
+    stays what aiohttp's own class leaves, 0."""
+    root, _ = tree
+    with (root / "sparse.bin").open("wb") as f:
+        f.truncate(64 * MiB)  # far more than the socket buffers hold
+    loop = asyncio.get_running_loop()
+    prepared: list[web.StreamResponse] = []
+
+    async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
+        prepared.append(response)
+
+    for drop_ins in (OURS, without):
+        app = app_of(root, drop_ins)
+        app.on_response_prepare.append(on_prepare)
+        async with serving(app) as (url, runner):
+            with await loop.run_in_executor(None, raw_connect, url, 64 * 1024) as sock:
+                await loop.run_in_executor(None, sock.sendall, request_bytes("/files/sparse.bin"))
+                await loop.run_in_executor(None, read_head, sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            server = runner.server  # the socket was reset: the server's send fails
+            assert server is not None
+            for _ in range(100):
+                if not server.connections:
+                    break
+                await asyncio.sleep(0.02)
+            assert server.connections == []
+    with_slot, without_slot = (response.body_length for response in prepared)
+    assert with_slot > 0
+    assert without_slot == 0
+
+
+@pytest.mark.parametrize("without", ["lookup_hook"], indirect=True)
+async def test_without_lookup_hook_nothing_from_outside(
+    without: DropIns, tree: tuple[Path, dict[str, bytes]]
+) -> None:
+    """aiohttp stats and opens the path itself, and `directory=` still keeps every
+    way out and symlink out (the file and its siblings are checked beneath it
+    first): a .gz sibling that is a symlink, which aiohttp's lookup skips and an
+    older aiohttp would follow, answers 404 where the drop-in with its lookup serves
+    the file itself."""
+    root, contents = tree
+    (root / "page.txt").write_bytes(b"page")
+    (root / "page.txt.gz").symlink_to(root.parent / "outside" / "secret.txt")
+    replies = []
+    for drop_ins in (OURS, without):
+        async with serving(app_of(root, drop_ins)) as (url, _):
+            if drop_ins is without:
+                await check_confined(url, root, contents)
+            async with aiohttp.ClientSession(auto_decompress=False) as session:
+                for target in ("/static/page.txt", "/confined?name=page.txt"):
+                    async with session.get(url + target, headers={"Accept-Encoding": "gzip"}) as r:
+                        replies.append((r.status, await r.read()))
+    with_hook = [(200, b"page")] * 2 if AIOHTTP_HAS.lookup_hook else [(404, b"")] * 2
+    assert replies[:2] == with_hook
+    assert [status for status, _ in replies[2:]] == [404, 404]
+    assert not any(SECRET in body for _, body in replies)
+
+
+@pytest.mark.parametrize("without", ["lookup_errors_answered"], indirect=True)
+async def test_without_lookup_errors_answered_the_lookup_runs_first(
+    without: DropIns, tree: tuple[Path, dict[str, bytes]], executor: RecordingExecutor
+) -> None:
+    """Where aiohttp's prepare() would let the lookup's errors out (and drop the
+    connection), the drop-in looks the file up first, in the executor, and answers
+    them: 404 for a path that is not there, 403 for a directory and for a FIFO (at
+    once: never opened to wait for a writer); a file it found is what aiohttp's own
+    call of the lookup gets."""
+    root, contents = tree
+    os.mkfifo(root / "fifo")
+    expected = {"small.txt": 200, "missing.txt": 404, "sub": 403, "fifo": 403}
+    identity = {"Accept-Encoding": "identity"}
+    async with (
+        serving(app_of(root, without)) as (url, _),
+        aiohttp.ClientSession(headers=identity) as session,
+    ):
+        for name, status in expected.items():
+            executor.calls.clear()
+            async with session.get(f"{url}/files/{name}") as resp:
+                body = await resp.read()
+            assert resp.status == status, name
+            assert status != 200 or body == contents[name]
+            assert executor.calls[0] == "_look_up_first", executor.calls
+
+
+@on_the_loop
+@pytest.mark.parametrize(
+    ("without", "target", "lookup"),
+    [
+        ("look_up_on_loop", "/files/small.txt", "_make_response"),
+        ("resolve_on_loop", "/static/small.txt", "_resolve_path_to_response"),
+    ],
+    indirect=["without"],
+)
+async def test_without_a_lookup_on_the_loop_the_executor_has_it(
+    without: DropIns,
+    target: str,
+    lookup: str,
+    tree: tuple[Path, dict[str, bytes]],
+    executor: RecordingExecutor,
+) -> None:
+    """A cached file asked again and again: aiohttp's lookup (or its path resolution)
+    runs in the executor every time, as in aiohttp, where with the capability it
+    runs there once (the directory's first response) and then on the loop."""
+    root, contents = tree
+    in_executor: dict[str, list[bool]] = {"with": [], "without": []}
+    identity = {"Accept-Encoding": "identity"}
+    for drop_ins in (OURS, without):
+        async with (
+            serving(app_of(root, drop_ins)) as (url, _),
+            aiohttp.ClientSession(headers=identity) as session,
+        ):
+            for _ in range(3):
+                executor.calls.clear()
+                async with session.get(url + target) as resp:
+                    assert (resp.status, await resp.read()) == (200, contents["small.txt"])
+                in_executor["without" if drop_ins.lacking else "with"].append(
+                    lookup in executor.calls
+                )
+    assert in_executor == {"with": [True, False, False], "without": [True, True, True]}
+
+
+@pytest.mark.parametrize("without", ["static_hook"], indirect=True)
+async def test_without_static_hook_add_static_is_aiohttps(
+    without: DropIns, tree: tuple[Path, dict[str, bytes]], debug_log: pytest.LogCaptureFixture
+) -> None:
+    """add_static()'s files are served by aiohttp's own FileResponse (not through
+    send()); FileResponse's still go through send()."""
+    root, contents = tree
+    async with serving(app_of(root, without)) as (url, _), aiohttp.ClientSession() as session:
+        for target in ("/static/mid.bin", "/files/mid.bin"):
+            async with session.get(url + target) as resp:
+                assert (resp.status, await resp.read()) == (200, contents["mid.bin"])
+            assert sends(debug_log) == ([] if target.startswith("/static") else ["zerocopy"])
