@@ -1,4 +1,4 @@
-"""The buffered path's memory per TLS connection (issue 13): nothing read ahead, chunks
+"""The buffered path's memory per TLS connection: nothing read ahead, chunks
 sized to the room in the socket's send buffer, at most one TLS record per write."""
 
 from __future__ import annotations

@@ -408,13 +408,7 @@ def check_upload(row: FtpRow, path: Path, source: str, size: int) -> None:
     found = path.stat().st_size if path.exists() else None
     if found != size:
         what = "no file" if found is None else f"{found} of {size} bytes"
-        hint = ""
-        if row.transport == "tls" and isinstance(row, ExampleRow) and row.loop == "uvloop":
-            hint = (
-                " (known: uvloop's TLS transport loses the last records of an upload whose "
-                "client closes at once, as curl does; see the README's FTP example)"
-            )
-        raise MeasurementError(f"the uploaded file holds {what}{hint}")
+        raise MeasurementError(f"the uploaded file holds {what}")
     if sha256(str(path)) != source_sha256(source):
         raise MeasurementError("the uploaded file's SHA-256 differs from the file sent")
 
