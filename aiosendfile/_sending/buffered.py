@@ -11,7 +11,7 @@ stalled send holds is held a thousand times.  So:
   surely takes (the memory SO_SNDBUF leaves, by the kernel's own accounting,
   in bytes at the queue's rate; less a margin for TLS records), at most the
   chunk size: the kernel takes it whole and the process keeps nothing of it;
-- before each write the socket is asked whether it hung up: a peer gone ends
+- every few writes the socket is asked whether it hung up: a peer gone ends
   the send at once, where a TLS transport would take (and drop) write after
   write until its connection_lost() came;
 - the next chunk waits until the transport's own buffer is empty (what it holds
@@ -19,15 +19,19 @@ stalled send holds is held a thousand times.  So:
   a send waiting on a slow peer holds no file bytes;
 - a TLS transport gets at most TLS_WRITE_SIZE per write(), so its BIO stays
   that small; a chunk's pieces stop as soon as the transport holds bytes, and
-  the rest waits in the chunk (written first, once there is room).
+  before the send waits, what the transport did not take is dropped and read
+  again later (a regular file; a pipe's rest waits in the chunk);
+- regular files' cached chunks are read into one buffer per send, an anonymous
+  mapping refilled while the transport keeps nothing and let go before every
+  wait (chunks.py): no fresh object per chunk, no heap left holed.
 
 The socket is asked through a dup() of its own (never the transport's number,
 which a closed transport may have given back, as in zerocopy.py).  Without a
 socket, or where the kernel cannot say, chunks are the chunk size, written
 whole, and paced by the transport's flow control as drain() would.
 
-Every chunk is a fresh object, never written to again: since Python 3.12 a
-transport may keep what it was given instead of copying it (GH-91166).
+A chunk is never written to again while the transport may hold it: since Python
+3.12 a transport may keep what it was given instead of copying it (GH-91166).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import select
 import socket
 import struct
 import termios
+from collections.abc import Callable
 from typing import Any
 
 from .._transports import is_tls
@@ -50,10 +55,13 @@ from .transfer import Transfer
 DEFAULT_CHUNK_SIZE = 256 * 1024  # 16 KiB (asyncio's) is ~6x slower over TLS here
 _chunk_size = DEFAULT_CHUNK_SIZE
 
-# The most one write() hands a TLS transport (one TLS record): its memory BIO grows
+# The most one write() hands a TLS transport (two TLS records): its memory BIO grows
 # to the largest encrypted write and never shrinks, so every TLS connection keeps
-# this much.  24 KiB sent 13-15 % faster here, for ~16 KiB more per connection.
-TLS_WRITE_SIZE = 16 * 1024
+# this much.  Each write costs the transport about as much as encrypting 16 KiB, so
+# fewer, larger writes are faster: 32 KiB is the largest that keeps a stalled TLS
+# download within 64 KiB of an idle connection (docs/reliability.md: 42-54 KiB
+# here, 55-77 KiB with 48 KiB writes; 16 KiB writes cost ~0.3 s more CPU per GiB).
+TLS_WRITE_SIZE = 32 * 1024
 # Below this much room a chunk is not worth a read and a write: wait for the socket.
 MIN_CHUNK = 16 * 1024
 # What a TLS record adds to 16 KiB of plaintext (TLS 1.2 CBC at worst), and what the
@@ -66,6 +74,11 @@ _SO_MEMINFO = getattr(socket, "SO_MEMINFO", 55)
 _MEMINFO_FORMAT = "=9I"
 _MEMINFO_SIZE = struct.calcsize(_MEMINFO_FORMAT)
 _WMEM_ALLOC, _SNDBUF, _WMEM_QUEUED = 2, 3, 5
+# Writes between two looks at whether the peer hung up: fewer than the writes
+# asyncio's transports take silently after their socket failed (they log from
+# the sixth on, "socket.send() raised exception.").
+_PEER_CHECK_EVERY = 4
+_NOTHING = memoryview(b"")
 # A hung-up socket's pending error that is already a ConnectionError subclass.
 _PEER_GONE = frozenset((errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED))
 
@@ -92,11 +105,10 @@ class Room:
         self.flow = flow
         self.chunk_size = chunk_size
         self.tls = is_tls(flow.transport)
-        # Reads and writes are this big; a turn (between two visits of the loop) moves
-        # up to chunk_size: small transient buffers, which the allocator reuses, rather
-        # than big ones that leave holes for long-lived buffers to fill.
+        # A turn (between two visits of the loop) reads up to chunk_size and hands it
+        # over in writes of write_size (TLS: its BIO stays that small).
         self.write_size = min(chunk_size, TLS_WRITE_SIZE) if self.tls else chunk_size
-        self.read_size = self.write_size
+        self.read_size = chunk_size
         self.min_chunk = min(chunk_size, MIN_CHUNK)
         self._loop = asyncio.get_running_loop()
         # Our own dup of the socket (None: pace by the transport's flow control only).
@@ -127,16 +139,21 @@ class Room:
             room -= (room // _TLS_RECORD + 1) * _TLS_OVERHEAD
         return max(room, 0)
 
-    async def wait(self) -> int:
-        """Returns once the transport will take bytes: how many the next chunk may have."""
+    async def wait(self, before_waiting: Callable[[], None]) -> int:
+        """Returns once the transport will take bytes: how many the next chunk may have.
+        `before_waiting()` is called first when the transport or the socket must be
+        waited for."""
         flow = self.flow
         if self._sock is None:
+            before_waiting()
             await flow.below_high_water()  # drain()'s rule; it yields to the loop
             return self.chunk_size
         if flow.transport.get_write_buffer_size():
+            before_waiting()
             await flow.until_empty()  # what the transport holds goes first
         free = self.free()
         if free is None:
+            before_waiting()
             await flow.below_high_water()
             return self.chunk_size
         if free >= self.min_chunk:
@@ -144,6 +161,7 @@ class Room:
             await asyncio.sleep(0)
             flow.check_open()
             return min(free, self.chunk_size)
+        before_waiting()
         await self._writable()
         # Writable: the kernel takes some, whatever the estimate says.
         return min(max(self.free() or 0, self.min_chunk), self.chunk_size)
@@ -160,12 +178,14 @@ class Room:
         transport = self.flow.transport
         watched = self._sock is not None
         done = 0
+        pieces = 0
         while done < len(data):
-            if watched:
+            if watched and not pieces % _PEER_CHECK_EVERY:
                 self._check_peer()
             piece = data[done : done + self.write_size]
             self.flow.write(piece)  # type: ignore[arg-type]
             done += len(piece)
+            pieces += 1
             if watched and transport.get_write_buffer_size():
                 break  # it holds bytes: the rest waits until it is empty
         return done
@@ -261,9 +281,19 @@ async def send_buffered(transfer: Transfer) -> None:
             flow.write(bytes(transfer.header))
             transfer.header = transfer.header[len(transfer.header) :]
         reader = ChunkReader(transfer.source, transfer.position, transfer.wanted())
-        rest = memoryview(b"")  # of the last chunk, what the transport did not take
+        rest = _NOTHING  # of the last chunk, what the transport did not take
+
+        def before_waiting() -> None:
+            # What the transport has not taken is read again later (a regular file),
+            # and the buffer goes: a stalled send holds no file bytes.
+            nonlocal rest
+            if rest and reader.can_unread:
+                reader.unread(len(rest))
+                rest = _NOTHING
+            reader.release()
+
         while rest or not reader.finished:
-            budget = await room.wait()  # what this turn may move, at most the chunk size
+            budget = await room.wait(before_waiting)  # this turn's most, <= the chunk size
             while budget > 0:
                 if not rest:
                     reading = reader.read(min(budget, room.read_size))
@@ -272,16 +302,18 @@ async def send_buffered(transfer: Transfer) -> None:
                     if not reading.done():
                         # A pipe may stay silent for good: a close or reset still ends it.
                         await flow.wait_for(reading)
-                    chunk = reader.take()
-                    if not chunk:
+                    reading = None  # no reference to the buffer outlives its use
+                    rest = memoryview(reader.take())
+                    if not rest:
                         break
-                    rest = memoryview(chunk)
                 written = room.write(rest[:budget])
-                rest = rest[written:]
+                # An empty view still holds its buffer: let it go for good.
+                rest = rest[written:] if written < len(rest) else _NOTHING
                 transfer.advance(written)
                 budget -= written
                 if rest:
                     break  # the transport holds bytes: wait until it is empty
+            reader.recycle(kept=bool(transfer.transport.get_write_buffer_size()))
         if transfer.trailer:
             flow.write(bytes(transfer.trailer))
             transfer.trailer = transfer.trailer[len(transfer.trailer) :]

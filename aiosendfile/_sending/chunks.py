@@ -7,15 +7,21 @@ and terminals are read on the loop when poll(2) says they are readable
 (ready_reads), after the bytes their file object already holds: no thread
 ever waits on a pipe, so a cancelled send leaves none behind.  In-memory
 objects are read on the loop, by position, so several sends may share one.
-Every chunk is a fresh bytes object: since Python 3.12 a transport may keep a
-reference to what it was given instead of copying it (CPython GH-91166), so a
-refilled buffer would corrupt the stream.
+Since Python 3.12 a transport may keep a reference to what it was given
+instead of copying it (CPython GH-91166), so a buffer refilled under it would
+corrupt the stream.  Large cached reads of a regular file go to one buffer per
+send all the same, refilled only while the transport has kept nothing (its
+write buffer empty after the writes: `recycle()`), else replaced; and the
+buffer is an anonymous mapping, given back to the kernel as soon as the send
+lets it go (`release()`, before every wait), so a stalled send holds no file
+bytes and the heap keeps no holes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import mmap
 import os
 from collections.abc import Callable
 from typing import Any, cast
@@ -28,8 +34,11 @@ from .source import Source
 # preadv2(RWF_NOWAIT): Linux >= 4.14.  Filesystems that refuse it say so once.
 _HAVE_RWF_NOWAIT = hasattr(os, "RWF_NOWAIT") and hasattr(os, "preadv")
 
-# A chunk is a fresh object every time; bytearray when read straight into one.
-Chunk = bytes | bytearray
+# A chunk: a fresh object, or a view of the send's own buffer (large cached reads).
+Chunk = bytes | bytearray | memoryview
+# Reads this large (or larger) from the page cache go to the send's reused buffer:
+# a fresh object per read cost more than the TLS encryption of its bytes.
+REUSE_MIN = 64 * 1024
 
 
 class ChunkReader:
@@ -50,6 +59,7 @@ class ChunkReader:
         if source.fd is not None and not source.regular and source.reads_fd:
             self._ready = ReadyReads.watch(self._loop, source.fd)
         self._reading: asyncio.Future[Chunk] | None = None
+        self._buffer: mmap.mmap | None = None  # the reused buffer of large cached reads
 
     @property
     def finished(self) -> bool:
@@ -80,6 +90,30 @@ class ChunkReader:
         else:
             self._left = 0  # the end: a pipe's EOF, a file shorter than it said
         return chunk
+
+    def recycle(self, kept: bool) -> None:
+        """After the writes of a chunk: `kept` says the transport still holds bytes,
+        maybe views of the buffer, which then must not be refilled: the next large
+        read gets a new one."""
+        if kept:
+            self._buffer = None
+
+    def release(self) -> None:
+        """Lets the buffer go (unmapped once nothing else holds a view of it): called
+        before the send waits, so a stalled send holds no file bytes."""
+        self._buffer = None
+
+    @property
+    def can_unread(self) -> bool:
+        """Whether bytes read but not sent can be read again later (a regular file,
+        read by position) instead of being kept."""
+        return self._source.regular and not self._source.in_memory
+
+    def unread(self, nbytes: int) -> None:
+        """The last `nbytes` read were not sent: they are read again next time."""
+        self._position -= nbytes
+        if self._left is not None:
+            self._left += nbytes
 
     def close(self) -> None:
         """Drops a read under way, and stops watching the descriptor.
@@ -139,6 +173,8 @@ class ChunkReader:
 
     def _read_cached(self, fd: int, size: int) -> Chunk | None:
         """What of the chunk the page cache holds, read on the loop; None on a miss."""
+        if size >= REUSE_MIN:
+            return self._read_cached_into_buffer(fd, size)
         chunk = bytearray(size)  # fresh each time: the transport may keep it
         try:
             got = os.preadv(fd, [chunk], self._position, os.RWF_NOWAIT)
@@ -153,6 +189,23 @@ class ChunkReader:
             return chunk
         # Partly cached, or the end of the file: what there is (b"" at the end).
         return bytes(memoryview(chunk)[:got])
+
+    def _read_cached_into_buffer(self, fd: int, size: int) -> Chunk | None:
+        """_read_cached() into the send's buffer: a view of what was read."""
+        buffer = self._buffer
+        if buffer is None or len(buffer) < size:
+            buffer = self._buffer = mmap.mmap(-1, size)
+        view = memoryview(buffer)[:size]
+        try:
+            got = os.preadv(fd, [view], self._position, os.RWF_NOWAIT)
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            if not cannot_tell(exc):
+                raise
+            self._nowait = False
+            return None
+        return view[:got] if got else b""
 
 
 def _read_bytes(read: Any, size: int) -> bytes:
