@@ -24,14 +24,13 @@ import logging
 from typing import Any, NamedTuple
 
 from .. import _core, _turns
-from .._settings import DEFAULT_MIN_SHARE
 from .._transports import LOOP_MODULES, PathChoice, is_tls
 from .flow import STREAM_TRANSPORT_TYPES, is_stream_transport
 from .source import Source
 
-# At most one writable event's smallest share: a quick send holds the loop no
-# longer than one step of the zero-copy engine may.
-QUICK_MAX_BYTES = DEFAULT_MIN_SHARE
+# Small responses, sent uncorked in one call: no longer than one step of the
+# zero-copy engine may hold the loop, and below the size where the cork pays.
+QUICK_MAX_BYTES = 128 * 1024
 
 log = logging.getLogger("aiosendfile")
 
