@@ -60,6 +60,20 @@ async def test_release_lets_the_buffer_go_and_unread_reads_again(tmp_path: Path)
             reader.close()
 
 
+async def test_one_chunk_files_are_read_into_fresh_objects(tmp_path: Path) -> None:
+    """A file read in one chunk gains nothing from a buffer of its own."""
+    path = tmp_path / "f"
+    path.write_bytes(pattern(REUSE_MIN))
+    with path.open("rb") as f:
+        reader = ChunkReader(Source(f, False), 0, REUSE_MIN)
+        try:
+            chunk = await _read(reader, REUSE_MIN)
+            assert isinstance(chunk.obj, (bytes, bytearray))
+            assert bytes(chunk) == pattern(REUSE_MIN)
+        finally:
+            reader.close()
+
+
 async def test_small_reads_and_other_files_are_fresh_objects(tmp_path: Path) -> None:
     """Below REUSE_MIN every chunk is an object of its own, as before."""
     path = tmp_path / "f"

@@ -173,7 +173,9 @@ class ChunkReader:
 
     def _read_cached(self, fd: int, size: int) -> Chunk | None:
         """What of the chunk the page cache holds, read on the loop; None on a miss."""
-        if size >= REUSE_MIN:
+        if size >= REUSE_MIN and (self._left is None or self._left > size):
+            # More reads will follow: worth a buffer of its own (a one-chunk file's
+            # read would pay for mapping it and gain nothing).
             return self._read_cached_into_buffer(fd, size)
         chunk = bytearray(size)  # fresh each time: the transport may keep it
         try:
