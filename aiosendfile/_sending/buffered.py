@@ -79,6 +79,7 @@ _WMEM_ALLOC, _SNDBUF, _WMEM_QUEUED = 2, 3, 5
 # the sixth on, "socket.send() raised exception.").
 _PEER_CHECK_EVERY = 4
 _NOTHING = memoryview(b"")
+_TCP_FAMILIES = (socket.AF_INET, socket.AF_INET6)  # the sockets TCP_CORK applies to
 # A hung-up socket's pending error that is already a ConnectionError subclass.
 _PEER_GONE = frozenset((errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED))
 
@@ -114,11 +115,36 @@ class Room:
         # Our own dup of the socket (None: pace by the transport's flow control only).
         self._sock: socket.socket | None = _own_socket(flow.sock)
         self._poll: select.poll | None = None  # whether the socket hung up
+        self._corked = False  # hold() corked the socket: push() releases it
         if self._sock is not None:
             self._poll = select.poll()
             self._poll.register(self._sock.fileno(), 0)  # POLLHUP and POLLERR always come
 
+    def hold(self) -> None:
+        """Corks a TCP socket for a turn's writes (unless the application corked it):
+        a TLS transport sends each write at once, and a small response would leave in
+        as many segments, each waking the peer."""
+        if self._sock is None or self._corked or self._sock.family not in _TCP_FAMILIES:
+            return
+        try:
+            if not self._sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK):
+                self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+                self._corked = True
+        except OSError:
+            pass  # the socket failed: the next write or wait says so
+
+    def push(self) -> None:
+        """Releases the turn's cork: what it held leaves at once."""
+        if self._corked:
+            self._corked = False
+            try:
+                assert self._sock is not None
+                self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+            except OSError:
+                pass
+
     def close(self) -> None:
+        self.push()
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -277,6 +303,7 @@ async def send_buffered(transfer: Transfer) -> None:
     room = None
     try:
         room = Room(flow, _chunk_size)  # in the tick the transport was found open
+        room.hold()  # the header leaves with the file's first bytes
         if transfer.header:
             flow.write(bytes(transfer.header))
             transfer.header = transfer.header[len(transfer.header) :]
@@ -287,6 +314,7 @@ async def send_buffered(transfer: Transfer) -> None:
             # What the transport has not taken is read again later (a regular file),
             # and the buffer goes: a stalled send holds no file bytes.
             nonlocal rest
+            room.push()
             if rest and reader.can_unread:
                 reader.unread(len(rest))
                 rest = _NOTHING
@@ -294,6 +322,7 @@ async def send_buffered(transfer: Transfer) -> None:
 
         while rest or not reader.finished:
             budget = await room.wait(before_waiting)  # this turn's most, <= the chunk size
+            room.hold()
             while budget > 0:
                 if not rest:
                     reading = reader.read(min(budget, room.read_size))
@@ -313,6 +342,7 @@ async def send_buffered(transfer: Transfer) -> None:
                 budget -= written
                 if rest:
                     break  # the transport holds bytes: wait until it is empty
+            room.push()
             reader.recycle(kept=bool(transfer.transport.get_write_buffer_size()))
         if transfer.trailer:
             flow.write(bytes(transfer.trailer))
