@@ -487,7 +487,7 @@ def test_bench_ftp_upload_check_catches_short_and_wrong_files(tmp_path: Path) ->
     with pytest.raises(MeasurementError, match="holds no file"):
         ftp.check_upload(row, tmp_path / "absent.bin", str(source), size)
     upload.write_bytes(source.read_bytes()[:-1])
-    with pytest.raises(MeasurementError, match=f"holds {size - 1} of {size} bytes .*uvloop's TLS"):
+    with pytest.raises(MeasurementError, match=f"holds {size - 1} of {size} bytes$"):
         ftp.check_upload(row, upload, str(source), size)
     upload.write_bytes(source.read_bytes()[:-1] + b"?")
     with pytest.raises(MeasurementError, match="SHA-256 differs"):
