@@ -23,14 +23,11 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Protocol
+from typing import IO, Any, Protocol
 
 from .files import Served
 from .results import MB, Sample
-from .workloads import Fetch, Job, Placement, Workload
-
-if TYPE_CHECKING:
-    from .senders import Sender  # which imports this module
+from .workloads import Fetch, Job, Placement, Transport, Workload
 
 # The folder that holds the aiosendfile package this code belongs to.
 PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent.parent)
@@ -120,6 +117,19 @@ class Server(Protocol):
 
     def close(self) -> None:
         """Stops it, whatever state it is in."""
+
+
+class Row(Protocol):
+    """What a measurement needs of a row (senders.Sender, which imports this module)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def transport(self) -> Transport: ...
+
+    def launch(self, job: Job) -> Server:
+        """Starts the server of one measurement."""
 
 
 class ServerProcess:
@@ -235,7 +245,7 @@ def budget(workload: Workload) -> float:
 
 
 def measure(
-    sender: Sender,
+    sender: Row,
     workload: Workload,
     run: int,
     served: Served,
