@@ -36,6 +36,15 @@ from .subprocesses import env_importing_this_package
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "ftp_server.py"
 CLIENT = EXAMPLE.with_name("ftp_client.py")
+
+
+def need_example() -> None:
+    """Skips a test of the example where it is not beside the tests (CI's copy of tests/
+    runs against an installed package)."""
+    if not EXAMPLE.exists():
+        pytest.skip("examples/ is not beside the tests (the tests of an installed package)")
+
+
 START_TIMEOUT = 30  # seconds for the server to listen
 TIMEOUT = 30  # seconds for any one client operation
 MIB = 1024 * 1024
@@ -52,8 +61,7 @@ class Server:
     """examples/ftp_server.py in a child process: its port, its log, its descriptors."""
 
     def __init__(self, args: list[str]) -> None:
-        if not EXAMPLE.exists():
-            pytest.skip("examples/ is not beside the tests (the tests of an installed package)")
+        need_example()
         self.proc = subprocess.Popen(
             [sys.executable, str(EXAMPLE), "--port", "0", *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -1092,6 +1100,7 @@ def test_connections_reset_at_once_leave_no_traceback(server: Server) -> None:
 
 
 def test_port_in_use_is_one_line(tree: Path, loop_name: str) -> None:
+    need_example()
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
         done = subprocess.run(
