@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -29,6 +30,7 @@ import socket
 import ssl
 import sys
 import tempfile
+import termios
 import time
 from pathlib import Path
 from typing import Any
@@ -75,6 +77,14 @@ class Proc:
         return raw.decode().strip()
 
 
+def _unread(sock: socket.socket) -> int:
+    """Bytes the kernel holds for the client to read (SIOCINQ); 0 once it is closed."""
+    try:
+        return int.from_bytes(fcntl.ioctl(sock.fileno(), termios.FIONREAD, bytes(4)), "little")
+    except (OSError, ValueError):
+        return 0
+
+
 class Round:
     def __init__(self, args: argparse.Namespace, port: int, client_tls: ssl.SSLContext | None):
         self.args = args
@@ -87,6 +97,7 @@ class Round:
         self.bytes = 0
         self.failures: list[str] = []
         self.count = 0
+        self.socks: list[socket.socket] = []  # the clients' sockets, to see the sends stop
 
     async def open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         async with self.connecting:
@@ -100,6 +111,7 @@ class Round:
                     )
                 sock.setblocking(False)
                 await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", self.port))
+                self.socks.append(sock)
                 if self.tls is None:
                     return await asyncio.open_connection(sock=sock, limit=1 << 16)
                 return await asyncio.open_connection(
@@ -108,6 +120,20 @@ class Round:
             except BaseException:
                 sock.close()
                 raise
+
+    async def until_sends_stop(self, timeout: float = 15.0) -> None:
+        """Waits until the bytes waiting in the clients' sockets stop growing: every send
+        of the server is then stalled (large files take a while to fill the kernel's
+        default buffers: "held" must not sample sends still flowing)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        last = -1
+        while loop.time() < deadline:
+            queued = sum(_unread(sock) for sock in self.socks)
+            if queued == last:
+                return
+            last = queued
+            await asyncio.sleep(0.3)
 
     def arrived(self) -> None:
         self.in_flight += 1
@@ -124,6 +150,7 @@ class Round:
         done, _ = await asyncio.wait([waiting, *tasks], return_when=asyncio.FIRST_COMPLETED)
         if waiting in done:
             await asyncio.sleep(stall)
+            await self.until_sends_stop()
             on_held()
         self.go.set()
         results = await asyncio.gather(*tasks, return_exceptions=True)
