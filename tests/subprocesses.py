@@ -20,6 +20,26 @@ LOAD = Path(__file__).parent / "soak" / "load.py"
 
 # One line of `strace -f` output: pid, call, first argument (a descriptor), result.
 SYSCALL = re.compile(r"^\d+\s+(\w+)\((\d+),.*\)\s+=\s+(-?\d+)")
+_UNFINISHED = re.compile(r"^(\d+)\s+(.*) <unfinished \.\.\.>$")
+_RESUMED = re.compile(r"^(\d+)\s+<\.\.\. \w+ resumed>(.*)$")
+
+
+def trace_lines(trace: str) -> list[str]:
+    """The lines of `strace -f` output, each call whole: a call another thread's
+    interrupted ("<unfinished ...>", later "<... call resumed>") is joined again, so
+    SYSCALL matches it (on a busy machine, a send's sendfile(2) may be split so)."""
+    pending: dict[str, str] = {}
+    lines = []
+    for line in trace.splitlines():
+        unfinished = _UNFINISHED.match(line)
+        if unfinished:
+            pending[unfinished[1]] = f"{unfinished[1]} {unfinished[2]}"
+            continue
+        resumed = _RESUMED.match(line)
+        if resumed and resumed[1] in pending:
+            line = pending.pop(resumed[1]) + resumed[2]
+        lines.append(line)
+    return lines
 
 
 def run_under_strace(trace: Path, calls: str, script: str, *args: str) -> dict[str, str]:

@@ -23,7 +23,7 @@ import aiosendfile
 from aiosendfile._core import Core
 
 from .conftest import Connection, pattern
-from .subprocesses import SYSCALL, env_importing_this_package, run_under_strace
+from .subprocesses import SYSCALL, env_importing_this_package, run_under_strace, trace_lines
 
 MiB = 1024 * 1024
 
@@ -334,7 +334,7 @@ def test_zero_copy_under_strace(
         "core": core.name,
     }
     by_call: dict[str, int] = {}
-    lines = trace.read_text().splitlines()
+    lines = trace_lines(trace.read_text())
     socket_fds = {fields["fd"]}
     for line in lines:
         match = SYSCALL.match(line)

@@ -32,7 +32,7 @@ from aiosendfile._receiving.reading import stream_internals
 from .conftest import Connection, RecordingProtocol, pattern
 from .disks import small_tmpfs
 from .footprint import open_fds
-from .subprocesses import SYSCALL, run_under_strace
+from .subprocesses import SYSCALL, run_under_strace, trace_lines
 
 MiB = 1024 * 1024
 TRAILING = b"NEXT REQUEST"
@@ -1018,7 +1018,7 @@ def test_receive_zero_copy_under_strace(
     socket_fds = {sock}
     into_pipe = into_file = read_from_socket = 0
     born = False  # the socket's descriptor number serves files before and after it
-    for line in _whole_calls(trace.read_text().splitlines()):
+    for line in _whole_calls(trace_lines(trace.read_text())):
         if re.search(rf"^\d+\s+socket\(.*= {sock}$|^\d+\s+socketpair\(.*\b{sock}\b", line):
             born = True
         elif re.search(rf"^\d+\s+close\({sock}\)", line):

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from .subprocesses import env_importing_this_package
+from .subprocesses import SYSCALL, env_importing_this_package, trace_lines
 
 ROOT = "AIOSENDFILE_TEST_ROOT"  # the environment variable naming the served directory
 TESTS_PARENT = Path(__file__).resolve().parent.parent  # where `tests` is importable from
@@ -163,7 +163,6 @@ def downloaded(url: str, *args: str) -> int:
 
 
 # What carried bytes to the connections, from `strace -f` lines: sendfile(2), or a write.
-_LINE = re.compile(r"^\d+\s+(\w+)\((\d+),.*\)\s+=\s+(-?\d+)")
 _WRITES = ("write", "writev", "sendto", "sendmsg")
 
 
@@ -171,8 +170,8 @@ def bytes_by_call(trace: str) -> dict[str, int]:
     """Bytes each call moved on accepted connections (and their dup()s)."""
     connections: set[str] = set()
     moved: dict[str, int] = {}
-    for line in trace.splitlines():
-        found = _LINE.match(line)
+    for line in trace_lines(trace):
+        found = SYSCALL.match(line)
         if found is None or int(found[3]) < 0:
             continue
         call, fd, result = found[1], found[2], found[3]
