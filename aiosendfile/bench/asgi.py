@@ -34,32 +34,24 @@ session whatever is left.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 from . import serving
-from .measure import cpu_seconds_of, memory_of, reset_peak_rss
-from .runner import NO_EXTENSIONS, MeasurementError, Server, child_environment
+from .programs import ProgramServer, tree
+from .runner import NO_EXTENSIONS, Server, child_environment
 from .senders import Sender, register
 from .workloads import HTTP_PATH, Job, Workload
 
 FILE_VARIABLE = "AIOSENDFILE_BENCH_FILE"  # the file the app's one route answers with
 WORKLOADS = ("asgi-large", "asgi-64k")
 ASGI_ONLY = frozenset(WORKLOADS)
-STOP_TIMEOUT = 5.0  # seconds for a server to stop after SIGTERM
-POLL = 0.01  # seconds between looks at a starting server
-PORT_TRIES = 3  # a free port can be taken between finding it and the server binding it
 _ERRORS = re.compile(r"^(?:ERROR:|\[ERROR\]).*$", re.MULTILINE)
 
 
@@ -211,121 +203,44 @@ class TlsGranian(Granian):
     transport = "tls"
 
 
-class AsgiServer:
+class AsgiServer(ProgramServer):
     """One server program, started for one measurement; a `runner.Server`."""
 
+    errors = _ERRORS
+
     def __init__(self, row: AsgiRow, job: Job) -> None:
+        super().__init__(row.name, job)
         self._row = row
-        self._job = job
-        self._scratch = tempfile.TemporaryDirectory(prefix="aiosendfile-asgi-")
-        self._dir = Path(self._scratch.name)
-        self._log = self._dir / "server.log"
-        self._process: subprocess.Popen[bytes] | None = None
-        self._pids: list[int] = []
-        self._start: tuple[float, int | None] | None = None  # CPU and RSS once serving
 
-    def ready(self, timeout: float) -> int:
-        deadline = time.monotonic() + timeout
-        for _ in range(PORT_TRIES):
-            port = _free_port()
-            self._run(port)
-            if self._wait_until_serving(deadline):
-                break
-            if "address already in use" not in self.log().lower():
-                raise MeasurementError(f"{self._row.name} did not start{self.tail()}")
-        else:
-            raise MeasurementError(f"no free port in {PORT_TRIES} tries{self.tail()}")
-        assert self._process is not None
-        self._pids = _tree(self._process.pid)
-        try:
-            reset = all(reset_peak_rss(pid) for pid in self._pids)
-            rss = sum(memory_of(pid)[0] or 0 for pid in self._pids) if reset else None
-            self._start = (self._cpu(), rss)
-        except OSError as exc:
-            raise MeasurementError(f"{self._row.name}: {exc}{self.tail()}") from None
-        return port
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "server.log"
 
-    def done(self, timeout: float) -> dict[str, Any]:
-        if self._start is None:
-            raise RuntimeError("done() before ready()")
-        cpu, rss = self._start
-        try:
-            cpu = self._cpu() - cpu
-            peak = sum(memory_of(pid)[1] or 0 for pid in self._pids)
-        except OSError as exc:
-            raise MeasurementError(f"{self._row.name}: {exc}{self.tail()}") from None
-        return {
-            "cpu_s": cpu,
-            "rss_base": rss,
-            "rss_peak": peak,
-            "responses": None,  # the server does not count: the receiver's counts stand
-            "file_bytes": None,
-            "errors": _ERRORS.findall(self.log())[:10],
-            "paths": [],
-            "lags_ms": [],
-        }
-
-    def tail(self) -> str:
-        text = self.log().strip()
-        return f"; its output ends: {text[-1500:]}" if text else ""
-
-    def log(self) -> str:
-        with contextlib.suppress(FileNotFoundError):
-            return self._log.read_text(errors="replace")
-        return ""
-
-    def close(self) -> None:
-        self._stop()
-        self._scratch.cleanup()
-
-    def _run(self, port: int) -> None:
-        self._stop()
-        job = self._job
+    def start(self, port: int) -> subprocess.Popen[bytes]:
+        job = self.job
         tls = None
         if job.tls_cert and job.tls_key:
-            tls = (job.tls_cert, _pkcs8(job.tls_key, self._dir))
+            tls = (job.tls_cert, _pkcs8(job.tls_key, self.dir))
         cpus = job.cpus
-        with self._log.open("wb") as out:
-            self._process = subprocess.Popen(
+        with self.log_path.open("wb") as out:
+            return subprocess.Popen(
                 self._row.command(port, tls),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=child_environment({NO_EXTENSIONS: None, FILE_VARIABLE: job.file}),
-                cwd=self._dir,
+                cwd=self.dir,
                 start_new_session=True,  # its workers with it: stopped as one group
                 # Every process and thread of the server inherits the pinned core.
                 preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
             )
 
-    def _wait_until_serving(self, deadline: float) -> bool:
-        """Waits for the server's ready line; False if it exited first."""
-        assert self._process is not None
-        ready = re.compile(self._row.ready_line)
-        while time.monotonic() < deadline:
-            if ready.search(self.log()):
-                return True
-            if self._process.poll() is not None:
-                return False
-            time.sleep(POLL)
-        raise MeasurementError(f"{self._row.name} did not serve in time{self.tail()}")
-
-    def _cpu(self) -> float:
-        return sum(cpu_seconds_of(pid) for pid in self._pids)
-
-    def _stop(self) -> None:
-        process, self._process = self._process, None
-        if process is None:
-            return
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                pass
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)  # whatever of its session is left
-        process.wait()
+    def serving(self) -> list[int] | None:
+        """The server's processes (granian's worker too), once it logs its ready line."""
+        assert self.process is not None
+        if not re.search(self._row.ready_line, self.log()):
+            return None
+        return tree(self.process.pid)
 
 
 def _pkcs8(key: str, directory: Path) -> str:
@@ -343,27 +258,3 @@ def _pkcs8(key: str, directory: Path) -> str:
         )
     )
     return str(path)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _tree(pid: int) -> list[int]:
-    """`pid` and every process descended from it."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                # "PID (comm) STATE PPID ...": comm may hold spaces and parentheses.
-                fields = Path(entry.path, "stat").read_text().rpartition(")")[2].split()
-                parents.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        todo += parents.get(current, [])
-    return found

@@ -16,7 +16,7 @@ Each measurement writes that configuration into a temporary directory (pid,
 lock and error log files, temp paths beside it), starts nginx in the
 foreground (``daemon off``: its master and one worker, in a session of their
 own), waits until the worker sleeps for connections, and stops it after the
-receiver is done (SIGTERM, then SIGKILL to the session after `STOP_TIMEOUT`):
+receiver is done (SIGTERM, then SIGKILL to the session after `programs.STOP_TIMEOUT`):
 nothing is left running.  Server CPU is the worker's user + system time (its
 CPU clock) from that moment to the end, as a bench server process measures its
 own from its first accept; the master only starts and stops the worker.  Peak
@@ -28,29 +28,21 @@ are the measurement's errors.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
-import tempfile
-import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from . import serving
-from .measure import cpu_seconds_of, memory_of, reset_peak_rss
+from .programs import ProgramServer, children_by_parent, state
 from .runner import MeasurementError, Server
 from .senders import PLAIN_WORKLOADS, Sender, register
 from .workloads import HTTP_PATH, Job
 
 NEEDED = (1, 19, 5)  # the first nginx with -e (its error log before the configuration)
-STOP_TIMEOUT = 5.0  # seconds for nginx to stop after SIGTERM
-POLL = 0.01  # seconds between looks at a starting nginx
-PORT_TRIES = 3  # a free port can be taken between finding it and nginx binding it
 KEEPALIVE_REQUESTS = 1_000_000  # nginx's default (1,000) would close the requests' connection
 _FAILED = re.compile(r"^\S+ \S+ \[(?:error|crit|alert|emerg)\] .*$", re.MULTILINE)
 
@@ -115,141 +107,38 @@ def config(job: Job, port: int, directory: Path) -> str:
 _TEMP_PATHS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
 
 
-class NginxServer:
+class NginxServer(ProgramServer):
     """One nginx, started for one measurement (see the module docstring); a `runner.Server`."""
 
+    errors = _FAILED
+
     def __init__(self, job: Job) -> None:
-        self._job = job
-        self._scratch = tempfile.TemporaryDirectory(prefix="aiosendfile-nginx-")
-        self._dir = Path(self._scratch.name)
-        self._process: subprocess.Popen[bytes] | None = None
-        self._workers: list[int] = []
-        self._start: tuple[float, int | None] | None = None  # CPU and RSS once ready
+        super().__init__("nginx", job)
 
-    def ready(self, timeout: float) -> int:
-        deadline = time.monotonic() + timeout
-        for _ in range(PORT_TRIES):
-            port = _free_port()
-            self._run(port)
-            if self._wait_for_workers(deadline):
-                break
-            if "Address already in use" not in self.log():
-                raise MeasurementError(f"nginx did not start{self.tail()}")
-        else:
-            raise MeasurementError(f"nginx found no free port in {PORT_TRIES} tries{self.tail()}")
-        reset = all(reset_peak_rss(pid) for pid in self._workers)
-        rss = sum(memory_of(pid)[0] or 0 for pid in self._workers) if reset else None
-        self._start = (self._cpu(), rss)
-        return port
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "error.log"
 
-    def done(self, timeout: float) -> dict[str, Any]:
-        if self._start is None:
-            raise RuntimeError("done() before ready()")
-        cpu, rss = self._start
-        try:
-            peak = sum(memory_of(pid)[1] or 0 for pid in self._workers)
-        except OSError as exc:
-            raise MeasurementError(f"nginx's worker: {exc}{self.tail()}") from None
-        return {
-            "cpu_s": self._cpu() - cpu,
-            "rss_base": rss,
-            "rss_peak": peak,
-            "responses": None,  # nginx does not count: the receiver's counts stand
-            "file_bytes": None,
-            "errors": _FAILED.findall(self.log())[:10],
-            "paths": [],
-            "lags_ms": [],
-        }
-
-    def tail(self) -> str:
-        text = self.log().strip()
-        return f"; its error log ends: {text[-1500:]}" if text else ""
-
-    def log(self) -> str:
-        with contextlib.suppress(FileNotFoundError):
-            return (self._dir / "error.log").read_text(errors="replace")
-        return ""
-
-    def close(self) -> None:
-        self._stop()
-        self._scratch.cleanup()
-
-    def _run(self, port: int) -> None:
-        self._stop()
-        conf = self._dir / "nginx.conf"
-        conf.write_text(config(self._job, port, self._dir))
+    def start(self, port: int) -> subprocess.Popen[bytes]:
+        conf = self.dir / "nginx.conf"
+        conf.write_text(config(self.job, port, self.dir))
         found = program()
         if found is None:
             raise MeasurementError("nginx is not on the PATH")
-        self._process = subprocess.Popen(
-            [found[0], "-p", str(self._dir), "-e", str(self._dir / "error.log"), "-c", str(conf)],
+        return subprocess.Popen(
+            [found[0], "-p", str(self.dir), "-e", str(self.log_path), "-c", str(conf)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # its worker with it: stopped as one group
         )
 
-    def _wait_for_workers(self, deadline: float) -> bool:
-        """Waits until the worker sleeps for connections; False if nginx exited."""
-        assert self._process is not None
-        master = self._process.pid
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                return False
-            workers = _children(master)
-            if workers and all(_state(pid) == "S" for pid in workers):
-                self._workers = workers
-                return True
-            time.sleep(POLL)
-        raise MeasurementError(f"nginx's worker did not start in time{self.tail()}")
-
-    def _cpu(self) -> float:
-        try:
-            return sum(cpu_seconds_of(pid) for pid in self._workers)
-        except OSError as exc:
-            raise MeasurementError(f"nginx's worker: {exc}{self.tail()}") from None
-
-    def _stop(self) -> None:
-        process, self._process = self._process, None
-        if process is None:
-            return
-        if process.poll() is None:
-            process.terminate()  # fast shutdown: the master stops its worker, then exits
-            try:
-                process.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                pass
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)  # whatever of its session is left
-        process.wait()
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is `pid`."""
-    children = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                # "PID (comm) STATE PPID ...": comm may hold spaces and parentheses.
-                fields = Path(entry.path, "stat").read_text().rpartition(")")[2].split()
-                if int(fields[1]) == pid:
-                    children.append(int(entry.name))
-    return children
-
-
-def _state(pid: int) -> str:
-    """A process's state letter ("S": sleeping), "" once it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return ""
+    def serving(self) -> list[int] | None:
+        """nginx's worker, once it sleeps for connections (the master only starts and
+        stops it: its CPU is not the serving's)."""
+        assert self.process is not None
+        workers = children_by_parent().get(self.process.pid, [])
+        return workers if workers and all(state(pid) == "S" for pid in workers) else None
 
 
 class NginxRow(Sender):
