@@ -280,6 +280,10 @@ class Peer:
     def resume(self) -> None:
         self._reading.set()
 
+    def pause(self) -> None:
+        """Stops reading after the read in progress, if any (until resume())."""
+        self._reading.clear()
+
     def received(self) -> int:
         with self._lock:
             return len(self.data)

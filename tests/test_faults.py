@@ -115,7 +115,7 @@ async def test_send_write_during_send_raises(
     """A write made while a send runs, or while a second one waits its turn, raises
     asyncio's own RuntimeError and never lands among the files' bytes (it did, at byte
     4,160,512 of 8 MiB, on both loops); writes after the sends go after them."""
-    path, second = make_file(8 * MiB), make_file(MiB + 1, seed=2)
+    path, second = make_file(8 * MiB), make_file(4 * MiB + 1, seed=2)
     data = path.read_bytes()
     conn: Connection = await stalled_connection(transport_kind, writer_kind, sndbuf=64 * 1024)
     _guard_reaches(conn, writer_kind)
@@ -127,11 +127,16 @@ async def test_send_write_during_send_raises(
             conn.writer.write(b"MARKER")
         with pytest.raises(RuntimeError, match="unable to write; sendfile is in progress"):
             conn.writer.writelines([b"MARKER"])
+        # The peer stops again once the first send is done, so the second cannot end
+        # before the write below is tried: 4 MiB does not fit in the small buffers.
+        sending.add_done_callback(lambda _: conn.peer.pause())
         conn.peer.resume()
         assert await sending == len(data)
+        assert not queued.done()
         with pytest.raises(RuntimeError, match="unable to write; sendfile is in progress"):
             conn.writer.write(b"MARKER")  # the second send has not finished
-        assert await queued == MiB + 1
+        conn.peer.resume()
+        assert await queued == 4 * MiB + 1
     conn.writer.write(b"AFTER")
     received = await conn.received_after_close()
     assert received == b"HEAD" + data + second.read_bytes() + b"AFTER"
