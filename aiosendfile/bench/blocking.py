@@ -15,16 +15,21 @@ step, so each step's cost is the kernel's (a step moves up to `STEP` bytes).
   holds it.
 - `pread_send`: ``preadv(2)`` of `COPY_CHUNK` bytes into one reused buffer, then
   ``send(2)``: the buffered copy a C server does.
+- `splice_upload`: the other way, socket -> pipe -> file with ``splice(2)`` through
+  a `PIPE_SIZE` pipe: what ``receive()`` does, without an event loop (the
+  ``upload-limit`` row).
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 from collections.abc import Callable
 
 STEP = 4 << 20  # the most one sendfile(2) call is asked to move
 COPY_CHUNK = 256 << 10  # pread_send's buffer: aiohttp's and the buffered rows' chunk
+PIPE_SIZE = 1 << 20  # splice_upload's pipe: receive()'s default
 
 # send(sock, file_fd, offset, size, head) -> file bytes sent
 Strategy = Callable[[socket.socket, int, int, int, bytes], int]
@@ -91,3 +96,25 @@ def _sendfile(out: int, fd: int, offset: int, size: int) -> int:
             break  # the file is shorter than `size`
         sent += n
     return sent
+
+
+def splice_upload(sock: socket.socket, path: str, size: int) -> int:
+    """Receives `size` bytes from `sock` into a new file at `path`; returns the count."""
+    pipe_r, pipe_w = os.pipe()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.fcntl(pipe_w, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+        got = 0
+        while got < size:
+            taken = os.splice(sock.fileno(), pipe_w, min(PIPE_SIZE, size - got))
+            if not taken:
+                break  # the sender closed early
+            left = taken
+            while left:
+                left -= os.splice(pipe_r, fd, left)
+            got += taken
+        return got
+    finally:
+        os.close(fd)
+        os.close(pipe_r)
+        os.close(pipe_w)

@@ -17,6 +17,7 @@ from .workloads import Placement
 _COLOURS = {
     "limit-uncorked": "#c7c7c7",
     "limit": "#7f7f7f",
+    "upload-limit": "#7f7f7f",
     "tls-thread": "#7f7f7f",
     "nginx": "#8c564b",
     "blocking": "#7f7f7f",

@@ -152,7 +152,8 @@ UPLOAD = (
     "in the file (the file is checked, then deleted after each run, its dirty pages with "
     "it). CPU is the row's process, user + system, every thread (aiofiles' workers count); "
     "+ sender adds the sending process's. The x usual columns are same-run ratios to the "
-    "read-write row on the same loop, median over the runs."
+    "read-write row on the same loop, x upload-limit to the blocking splice(2) loop, median "
+    "over the runs."
 )
 FTP = (
     "FTP: each row is an FTP server, a program of its own on 127.0.0.1 started for each "
@@ -321,18 +322,19 @@ def _lag_table(section: Section) -> list[str]:
 
 
 def _upload_table(section: Section) -> list[str]:
-    headers = ["row", "MB/s", "min-max", "x usual", "CPU s/GiB", "CPU x usual"]
-    headers += ["CPU + sender s/GiB", "peak RSS MiB"]
+    refs = section.shown_references()
+    headers = ["row", "MB/s", "min-max", "x usual", *(f"x {ref}" for ref in refs)]
+    headers += ["CPU s/GiB", "CPU x usual", "CPU + sender s/GiB", "peak RSS MiB"]
     lines = _header(headers)
     for figures in section.rows:
         cells = [f"`{figures.row}`", _number(figures.value), _spread(figures)]
-        cells += [_ratio(figures.vs_baseline), f"{figures.cpu:.2f}"]
-        cells += [_ratio(figures.cpu_vs_baseline), f"{figures.cpu + figures.receiver_cpu:.2f}"]
-        cells.append(_mib(figures.rss_peak))
+        cells += [_ratio(figures.vs_baseline), *(_ratio(figures.vs.get(ref)) for ref in refs)]
+        cells += [f"{figures.cpu:.2f}", _ratio(figures.cpu_vs_baseline)]
+        cells += [f"{figures.cpu + figures.receiver_cpu:.2f}", _mib(figures.rss_peak)]
         lines.append(_row(cells))
     if section.receiver_ceiling is not None:
-        cells = [_ceiling_name(section), _number(section.receiver_ceiling), "", "", ""]
-        cells += ["", _busy(section), ""]
+        cells = [_ceiling_name(section), _number(section.receiver_ceiling), "", ""]
+        cells += [""] * len(refs) + ["", "", _busy(section), ""]
         lines.append(_row(cells))
     return lines
 

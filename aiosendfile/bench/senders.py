@@ -98,6 +98,8 @@ REFERENCES: Mapping[Transport, tuple[str, ...]] = {
     "tcp": ("limit", "loop.sendfile", "nginx"),
     "tls": ("tls-thread", "tls-loop.sendfile", "tls-nginx"),
 }
+# The upload tables: a blocking splice(2) loop, beside each row's own `baseline()`.
+UPLOAD_REFERENCES: Mapping[Transport, tuple[str, ...]] = {"tcp": ("upload-limit",), "tls": ()}
 # The http tables: nginx, beside each row's own `baseline()`.
 HTTP_REFERENCES: Mapping[Transport, tuple[str, ...]] = {"tcp": ("nginx",), "tls": ("tls-nginx",)}
 # The FTP tables: the two Python FTP servers, and what a blocking loop does under curl.
@@ -108,8 +110,10 @@ FTP_REFERENCES: Mapping[Transport, tuple[str, ...]] = {
 
 
 def references(workload: Workload, transport: Transport) -> tuple[str, ...] | None:
-    """The reference rows of a table; None for lag and upload, which have none (their
-    rows name a `baseline()` instead)."""
+    """The reference rows of a table; None for lag, which has none (its rows name a
+    `baseline()` instead, as upload and HTTP rows do beside their references)."""
+    if workload.kind == "upload":
+        return UPLOAD_REFERENCES[transport]
     if workload.kind == "ftp":
         return FTP_REFERENCES[transport]
     if workload.http:
@@ -642,6 +646,19 @@ class AiofilesRow(UploadRow):
                 await file.write(chunk)
                 got += len(chunk)
         return got
+
+
+@register
+class UploadLimit(Sender):
+    name = "upload-limit"
+    title = (
+        "what the kernel can do: a blocking os.splice() loop in a plain thread, socket -> "
+        "1 MiB pipe -> file, as receive() does without an event loop"
+    )
+    workloads = UPLOAD_ONLY
+
+    def serve(self, ctx: serving.Context) -> None:
+        serving.serve_uploads_in_threads(ctx, blocking.splice_upload)
 
 
 # On asyncio...

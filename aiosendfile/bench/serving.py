@@ -28,6 +28,8 @@ BlockingRespond = Callable[[socket.socket, BinaryIO, int, bytes], int]
 AsyncRespond = Callable[[asyncio.StreamWriter, BinaryIO, int, bytes], Awaitable[int]]
 # receive(reader, writer, path, size) -> bytes written to the file at `path`
 AsyncReceive = Callable[[asyncio.StreamReader, asyncio.StreamWriter, str, int], Awaitable[int]]
+# receive(connection, path, size) -> bytes written to the file at `path`
+BlockingReceive = Callable[[socket.socket, str, int], int]
 # answer(reader, writer): one connection's whole exchange, by the workload's protocol
 Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 # Which path a response took ("zerocopy: sendfile(2), c core"), or None if the row can't tell.
@@ -149,13 +151,36 @@ def _listen(backlog: int) -> socket.socket:
 
 def serve_threads(ctx: Context, respond: BlockingRespond) -> None:
     """Accepts the job's connections, each served by `respond` in a thread of its own."""
+    _accept_into_threads(ctx, lambda conn: _serve_connection(ctx, conn, respond))
+
+
+def serve_uploads_in_threads(ctx: Context, receive: BlockingReceive) -> None:
+    """Receives the job's uploads, each by `receive` on a blocking socket in a thread."""
+    if ctx.workload.kind != "upload":
+        raise ValueError(f"a receiving row cannot serve a {ctx.workload.kind} workload")
+
+    def answer(conn: socket.socket) -> None:
+        try:
+            with conn:  # closed once the file is whole: that stops the receiver's clock
+                size = ctx.workload.file_size
+                written = receive(conn, ctx.job.file, size)
+                if written != size:
+                    raise ValueError(f"received {written} of {size} bytes")
+                ctx.count(written)
+        except Exception as exc:  # the row's failure is the measurement's result
+            ctx.error(exc)
+
+    _accept_into_threads(ctx, answer)
+
+
+def _accept_into_threads(ctx: Context, serve: Callable[[socket.socket], None]) -> None:
     ctx.ready()
     threads = []
     for _ in range(ctx.workload.connections):
         ctx.listener.settimeout(ctx.remaining())
         conn, _ = ctx.listener.accept()
         conn.settimeout(None)  # blocking, as the accepted socket inherits the timeout
-        thread = threading.Thread(target=_serve_connection, args=(ctx, conn, respond), daemon=True)
+        thread = threading.Thread(target=serve, args=(conn,), daemon=True)
         thread.start()
         threads.append(thread)
     for thread in threads:
