@@ -21,6 +21,8 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
         await writer.drain()
     except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
         pass  # the client went away, or sent no request we understand
+    except asyncio.CancelledError:
+        pass  # Ctrl-C: asyncio.run() cancels this task; Python 3.11 logs each one (gh-113538)
     finally:
         writer.close()
 
