@@ -13,9 +13,10 @@ nothing patched globally: only loops made from these classes behave so.
 and messages, RuntimeError for a closing transport, fallback=False refusing a
 transport that cannot send zero-copy (TLS) with RuntimeError and a file that
 cannot go zero-copy with SendfileNotAvailableError, the file's position after
-the call (also when nothing was sent: an offset at or past the end), the total
-returned.  The bytes go as `send()` sends them: zero-copy on
-plain sockets, the buffered path (256 KiB chunks) on TLS.
+the call (also when nothing was sent: an offset at or past the end, where the
+running Python's asyncio leaves it), the total returned.  The bytes go as
+`send()` sends them: zero-copy on plain sockets, the buffered path (256 KiB
+chunks) on TLS.
 
 `UVLoop` needs uvloop (imported when first named).
 """
@@ -54,17 +55,35 @@ class SendfileLoopMixin:
                 f"fallback is disabled and native sendfile is not supported for "
                 f"transport {transport!r}"
             )
-        position = _position_of(file)
-        # Where asyncio leaves the position when nothing is sent: unchanged by its
-        # native path (sendfile(2)); at a non-zero offset by its fallback (TLS, a
-        # file sendfile(2) refuses), which seeks there before reading.  send()
-        # leaves it at offset + bytes sent, as both do once a byte is sent.
+        # send() leaves the position at offset + bytes sent, as asyncio does once a
+        # byte is sent; when none is, older asyncios leave it elsewhere (_SEEKS_FIRST).
+        position = None if _SEEKS_FIRST else _position_of(file)
         if position is not None and position != offset and _native(transport, file, offset):
             try:
                 return await send(transport, file, offset, count, fallback=fallback)
             finally:
                 _restore_if_unsent(file, offset, position)
         return await send(transport, file, offset, count, fallback=fallback)
+
+
+def _asyncio_seeks_first() -> bool:
+    """Whether this Python's asyncio puts the file's position at `offset` before
+    sending, so that an offset at or past the end leaves it there (CPython gh-150107:
+    3.14.6 and 3.15.0b2 on).  Before that its native path (sendfile(2)) left the
+    position alone when no byte went, and its fallback (TLS, a file sendfile(2)
+    refuses) seeked only to a non-zero offset.  Asked of the stock loop's own
+    helper, whose `total_sent` guard that change removed: a bugfix release that
+    takes the change (a backport) is then followed too."""
+    native = getattr(asyncio, "unix_events", None)
+    loop_class = getattr(native, "_UnixSelectorEventLoop", None)
+    helper = getattr(loop_class, "_sock_sendfile_update_filepos", None)
+    code = getattr(helper, "__code__", None)
+    if code is None:  # gone in a later refactoring: the newer rule
+        return True
+    return "total_sent" not in code.co_varnames
+
+
+_SEEKS_FIRST = _asyncio_seeks_first()
 
 
 def _position_of(file: Any) -> int | None:
