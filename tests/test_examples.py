@@ -28,12 +28,29 @@ START_TIMEOUT = 30  # seconds for an example to listen
 STOP_TIMEOUT = 10  # seconds for it to end on Ctrl-C
 CURL_TIMEOUT = 20  # seconds for one request
 LISTENING = re.compile(r"http://127\.0\.0\.1:(\d+)")
-# `python PROGRAM ARGS...` on uvloop: asyncio.run() and aiohttp's run_app() make
-# their loop from the event loop policy.
-ON_UVLOOP = (
-    "import asyncio, runpy, sys, uvloop; asyncio.set_event_loop_policy(uvloop.EventLoopPolicy()); "
-    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-)
+# `python PROGRAM ARGS...` on uvloop, with no event loop policy (deprecated since 3.14,
+# gone in 3.16): asyncio.run() becomes what the examples' "or uvloop.run()" says, and
+# aiohttp's run_app() makes its loop with asyncio.new_event_loop().  Each loop made
+# names its class in the file argv[1] names, for the test to see uvloop ran.
+ON_UVLOOP = """
+import asyncio, runpy, sys, uvloop
+
+def new_event_loop():
+    loop = uvloop.new_event_loop()
+    with open(LOOPS, "a") as made:
+        print(type(loop).__module__, file=made)
+    return loop
+
+def run(main, *, debug=None):
+    with asyncio.Runner(debug=debug, loop_factory=new_event_loop) as runner:
+        return runner.run(main)
+
+LOOPS = sys.argv.pop(1)
+asyncio.run = run
+asyncio.new_event_loop = new_event_loop
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
 SERVED = os.urandom(8 * 1024 * 1024 + 1)  # more than loopback buffers: a reset finds it sending
 UPLOADED = os.urandom(3 * 1024 * 1024 + 1)  # curl asks "Expect: 100-continue" past 1 MiB
 
@@ -67,15 +84,17 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @contextlib.contextmanager
 def running(program: str, *args: str, loop_name: str, files: Path) -> Iterator[Example]:
-    """examples/`program` run with `args` on `loop_name` (by the event loop policy;
-    "uvloop" among `args` instead where the program takes the loop as an argument),
-    until it listens; Ctrl-C when done."""
+    """examples/`program` run with `args` on `loop_name` (by ON_UVLOOP; "uvloop" among
+    `args` instead where the program takes the loop as an argument), until it
+    listens; Ctrl-C when done."""
     path = EXAMPLES / program
     if not path.exists():
         pytest.skip("examples/ is not beside the tests (the tests of an installed package)")
     command = [sys.executable, str(path), *args]
+    loops = files / f"{program}.{loop_name}.loops"
+    loops.unlink(missing_ok=True)
     if loop_name == "uvloop" and "uvloop" not in args:
-        command[1:1] = ["-c", ON_UVLOOP]
+        command[1:1] = ["-c", ON_UVLOOP, str(loops)]
     stderr = files / f"{program}.{loop_name}.stderr"
     with stderr.open("w") as errors:
         server = subprocess.Popen(
@@ -98,6 +117,8 @@ def running(program: str, *args: str, loop_name: str, files: Path) -> Iterator[E
             server.wait(STOP_TIMEOUT)
             pytest.fail(f"{program} did not stop on Ctrl-C:\n{stderr.read_text()}")
         assert (status, stderr.read_text()) == (0, "")
+        if command[1] == "-c":
+            assert loops.read_text() == "uvloop\n", "not one uvloop loop"
     finally:
         if server.poll() is None:
             server.kill()
