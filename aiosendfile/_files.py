@@ -368,9 +368,29 @@ class FileArgument:
         self.owned = owned  # opened by the call from a path: the call closes it
         self.off_loop = False  # opened by a worker: closed by one (close_file_argument)
         self.fd: int | None = fileno_of(file)
+        self.fd_held = False  # fd is the call's own dup(), closed by close()
+
+    def hold_descriptor(self) -> None:
+        """Makes `fd` the call's own: a dup() of the application's descriptor, before
+        the call first waits.  An application that closes its file meanwhile then
+        frees a number the call no longer uses, so a file opened next and given
+        that number is never read or written in its place."""
+        if self.fd is not None and not self.owned and not self.fd_held:
+            self.fd = os.dup(self.fd)
+            self.fd_held = True
+
+    @property
+    def file_closed(self) -> bool:
+        """Whether the application closed the file object during the call."""
+        return bool(getattr(self.file, "closed", False))
 
     def close(self) -> None:
-        """Closes a file the call opened (once nothing of the call uses it)."""
+        """Closes a file the call opened (once nothing of the call uses it), and the
+        call's own descriptor of one it was given."""
+        if self.fd_held:
+            assert self.fd is not None
+            fd, self.fd, self.fd_held = self.fd, None, False
+            os.close(fd)
         if self.owned:
             self.file.close()
 

@@ -120,16 +120,26 @@ async def send(
        filesystems that can wait are opened, by worker threads, so it does not
        wait for the disk either.  One writable event moves at most a fair share
        (at least 128 KiB) when several sends are in progress on the loop.
-    9. **Bad input** raises before anything is sent: `TypeError` for a
-       text-mode file, an `int`, `bytes` or any object that is not a file or a
-       path, a `str` as `headers`, a non-integer `offset` or `count`, a header
-       that is not C-contiguous, a socket object given as the writer;
-       `ValueError` for a negative `offset` or `count`, an `offset` past
-       2**63 - 1, a closed file, a file not open for reading
-       (`io.UnsupportedOperation`), `offset > 0` on a file that cannot seek;
-       `FileNotFoundError`, `IsADirectoryError`, `PermissionError` for bad
-       paths; `RuntimeError` ("not supported") for a datagram transport.  Bytes
-       written to an `"r+b"` file object and not flushed are flushed first.
+    9. **The file stays the file.** A file with a descriptor is sent from the
+       send's own duplicate of it (`dup(2)`, made before the send first waits),
+       so closing the file object while the send runs (another task's timeout
+       or cleanup) changes nothing for the peer: the send goes on to the end of
+       the same open file, and no byte of a file opened meanwhile under the
+       freed descriptor number is ever sent.  The position of a file closed
+       meanwhile is not set (it has none).  An object read through Python
+       (`io.BytesIO`, a decompressor, a buffered pipe with bytes read ahead)
+       cannot be read once closed: the send raises that object's `ValueError`,
+       the file partly sent, as after a cancellation.
+    10. **Bad input** raises before anything is sent: `TypeError` for a
+        text-mode file, an `int`, `bytes` or any object that is not a file or a
+        path, a `str` as `headers`, a non-integer `offset` or `count`, a header
+        that is not C-contiguous, a socket object given as the writer;
+        `ValueError` for a negative `offset` or `count`, an `offset` past
+        2**63 - 1, a closed file, a file not open for reading
+        (`io.UnsupportedOperation`), `offset > 0` on a file that cannot seek;
+        `FileNotFoundError`, `IsADirectoryError`, `PermissionError` for bad
+        paths; `RuntimeError` ("not supported") for a datagram transport.  Bytes
+        written to an `"r+b"` file object and not flushed are flushed first.
 
     Raises:
         SendfileNotAvailableError: with `fallback=False`, when zero-copy is not
@@ -187,6 +197,7 @@ async def _send(
     opening: asyncio.Future[Source] | None = None
     if isinstance(opened, Source):
         source = opened
+        source.hold_descriptor()  # before the first wait: the application may close its file
     else:
         opening = opened
     try:

@@ -54,7 +54,7 @@ class Source(FileArgument):
         return available if count is None else min(count, available)
 
     def set_position(self, position: int) -> None:
-        if self.seekable:
+        if self.seekable and not self.file_closed:  # a closed file has no position to set
             self.file.seek(position)
 
     def take_held(self, size: int) -> bytes:
