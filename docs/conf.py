@@ -26,7 +26,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",  # the docstrings' Args:, Returns:, Raises: sections
 ]
-source_suffix = {".md": "markdown"}
+source_suffix = {".md": "markdown", ".rst": "restructuredtext"}  # changes.rst: CHANGES.rst whole
 exclude_patterns = ["_build"]
 myst_heading_anchors = 3  # links to page.md#a-heading, as GitHub makes them
 
