@@ -18,6 +18,7 @@ attribute (`AIOHTTP`, what the installed aiohttp has); a subclass given
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import inspect
 import logging
 import os
@@ -68,6 +69,13 @@ class Capabilities:
     lookup_errors_answered: bool = _capability(
         "the file is looked up first, in the executor, and a lookup that fails answered 403"
         " or 404 (aiohttp's own prepare() would drop the connection)"
+    )
+    # 3.11.10-3.14: prepare() answers ranges in _prepare_open_file(request, fobj, st,
+    # file_encoding), from the request it is given (its Range, If-Range).
+    range_hook: bool = _capability(
+        "aiohttp decides If-Range itself: it serves the range for any entity tag and for any"
+        " date not before the file's modification (RFC 9110 wants the whole file, 200, unless"
+        " the validator is the file's own)"
     )
     # 3.11.10-3.14: prepare() = _make_response() in the executor, then answers its result.
     look_up_on_loop: bool = _capability("the file is looked up in aiohttp's executor, always")
@@ -146,6 +154,8 @@ def _detect() -> Capabilities:
     answers = {"_make_response", "_precondition_failed", "_not_modified", "_prepare_open_file"}
     result_names = ("SEND_FILE", "NOT_ACCEPTABLE", "PRE_CONDITION_FAILED", "NOT_MODIFIED")
     sendfile_parameters = ["self", "request", "fobj", "offset", "count"]
+    open_file = getattr(response, "_prepare_open_file", None)
+    open_file_parameters = ["self", "request", "fobj", "st", "file_encoding"]
     return Capabilities(
         body_hook="_sendfile" in prepare
         and _parameters(getattr(response, "_sendfile", None)) == sendfile_parameters,
@@ -155,6 +165,9 @@ def _detect() -> Capabilities:
         body_length_slot="_body_length" in _names(getattr(body_length, "fget", None)),
         lookup_hook=lookup_hook,
         lookup_errors_answered=errors_answered,
+        range_hook="_prepare_open_file" in prepare
+        and _parameters(open_file) == open_file_parameters
+        and {"if_range", "http_range"} <= _names(open_file),
         # Our lookup opens a FIFO without waiting (aiohttp's would wait, on the loop).
         look_up_on_loop=lookup_hook
         and errors_answered
@@ -174,6 +187,16 @@ NOSENDFILE = bool(getattr(web_fileresponse, "NOSENDFILE", os.environ.get("AIOHTT
 SIBLINGS = tuple(getattr(web_fileresponse, "ENCODING_EXTENSIONS", {".gz": "gzip"}).items())
 
 
+def validators(st: os.stat_result) -> tuple[str, datetime.datetime]:
+    """The ETag (unquoted) and the Last-Modified date a 200 response of the file `st`
+    describes carries, as aiohttp's FileResponse sets them (3.9-3.14)."""
+    probe = web.StreamResponse()
+    probe.last_modified = st.st_mtime  # aiohttp's rounding (up, to the second)
+    last_modified = probe.last_modified
+    assert last_modified is not None
+    return f"{st.st_mtime_ns:x}-{st.st_size:x}", last_modified
+
+
 def siblings(accept_encoding: str) -> list[tuple[str, str]]:
     """The siblings aiohttp looks for, for a (lower-cased) Accept-Encoding."""
     return [(ext, encoding) for ext, encoding in SIBLINGS if encoding in accept_encoding]
@@ -183,8 +206,9 @@ class FileResponseHooks(web.FileResponse):
     """aiohttp's FileResponse, its private hooks handed to the drop-in's methods.
 
     The drop-in defines `_send_body()` (the body, once status and headers are
-    final), `_look_up()` (the lookup aiohttp stats through, opening the file first)
-    and `_after_executor_lookup()`; this class calls them where the capability is
+    final), `_look_up()` (the lookup aiohttp stats through, opening the file first),
+    `_after_executor_lookup()` and `_request_for_ranges()` (the request aiohttp
+    answers Range from, given the file's stat); this class calls them where the capability is
     there, aiohttp's own code where it is not, and gives the drop-in what it needs
     of aiohttp's internals.
     """
@@ -210,6 +234,9 @@ class FileResponseHooks(web.FileResponse):
     def _after_executor_lookup(self) -> None:
         raise NotImplementedError
 
+    def _request_for_ranges(self, request: web.BaseRequest, st: os.stat_result) -> web.BaseRequest:
+        raise NotImplementedError
+
     # --- aiohttp's hooks ---
 
     async def _sendfile(
@@ -218,6 +245,17 @@ class FileResponseHooks(web.FileResponse):
         if not self._capabilities.body_hook:
             return await super()._sendfile(request, fobj, offset, count)
         return await self._send_body(request, fobj, offset, count)
+
+    async def _prepare_open_file(
+        self,
+        request: web.BaseRequest,
+        fobj: Any,
+        st: os.stat_result,
+        file_encoding: str | None,
+    ) -> AbstractStreamWriter | None:
+        if self._capabilities.range_hook:
+            request = self._request_for_ranges(request, st)
+        return await super()._prepare_open_file(request, fobj, st, file_encoding)
 
     def _make_response(self, request: web.BaseRequest, accept_encoding: str) -> Any:
         made = super()._make_response(request, accept_encoding)  # in aiohttp's executor

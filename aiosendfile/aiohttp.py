@@ -8,9 +8,11 @@
     add_static(app.router, "/static", "static/")   # as app.router.add_static
 
 Statuses and headers are aiohttp's own (this class is aiohttp's FileResponse with one
-hook replaced); only the body differs: `aiosendfile.send()` sends it, zero-copy on
-plain sockets on the stock loop and on uvloop, buffered on TLS, with the response
-header in the same segment as the file's first bytes. A file that shrinks while it is
+hook replaced), but for If-Range: the range is served only of the file the client
+holds (RFC 9110; aiohttp serves it for any entity tag).  The body differs:
+`aiosendfile.send()` sends it, zero-copy on plain sockets on the stock loop and on
+uvloop, buffered on TLS, with the response header in the same segment as the file's
+first bytes. A file that shrinks while it is
 sent closes the connection (the client is not left waiting for bytes that never come);
 a client that goes away ends the response with aiohttp's own quiet ConnectionError
 path. With aiohttp's compression on (`enable_compression()`) or AIOHTTP_NOSENDFILE set,
@@ -50,6 +52,7 @@ import os
 import pathlib
 import stat
 import sys
+import time
 from collections.abc import Sequence
 from typing import IO, Any, ClassVar
 
@@ -63,6 +66,7 @@ from ._aiohttp_compat import (
     Lookup,
     StaticResourceHooks,
     siblings,
+    validators,
 )
 from ._sending.api import send, which_path
 
@@ -226,6 +230,25 @@ class FileResponse(FileResponseHooks):
         self._opened = opened
         return opened, st
 
+    # --- ranges: where the drop-in decides whether a Range is served ---
+
+    def _request_for_ranges(self, request: web.BaseRequest, st: os.stat_result) -> web.BaseRequest:
+        """The request aiohttp answers Range from, once the file (`st`) is open: `request`
+        itself, or with If-Range a copy without it (the decision is made here), and
+        without Range too where If-Range does not hold (a 200 with the whole file).
+
+        aiohttp serves the range for any entity tag in If-Range and for any date not
+        before the file's modification: a resumed download of a file that changed
+        meanwhile, or was replaced by an older one, would splice two files together.
+        """
+        if hdrs.IF_RANGE not in request.headers:
+            return request
+        headers = request.headers.copy()
+        del headers[hdrs.IF_RANGE]
+        if hdrs.RANGE in headers and not _if_range_holds(request, st):
+            del headers[hdrs.RANGE]
+        return request.clone(headers=headers)
+
     def _close_unclaimed(self) -> None:
         opened, self._opened = self._opened, None
         if opened is not None:
@@ -266,6 +289,23 @@ class FileResponse(FileResponseHooks):
             self.force_close()
         await web.StreamResponse.write_eof(self)
         return writer
+
+
+def _if_range_holds(request: web.BaseRequest, st: os.stat_result) -> bool:
+    """Whether the request's If-Range names the file `st` (RFC 9110, section 13.1.5):
+    the file's own ETag (a strong comparison: a weak tag never matches), or its
+    Last-Modified date exactly, once a whole second has passed since the second it
+    names (the file could have changed twice within it under the same date: a date
+    is a strong validator only then, section 8.8.2.2).  Anything else (another tag,
+    another date, what is neither) does not."""
+    value = request.headers[hdrs.IF_RANGE].strip()
+    etag, last_modified = validators(st)
+    if value.startswith('"'):
+        return value == f'"{etag}"'
+    if value.startswith("W/"):
+        return False
+    date = request.if_range  # None: not an HTTP date
+    return date == last_modified and time.time() >= last_modified.timestamp() + 1
 
 
 def _lookups_cached(path: pathlib.Path, accept_encoding: str) -> bool:

@@ -12,6 +12,7 @@ import ast
 import asyncio
 import concurrent.futures
 import dataclasses
+import email.utils
 import logging
 import os
 import socket
@@ -41,9 +42,11 @@ from aiosendfile._aiohttp_compat import AIOHTTP as AIOHTTP_HAS
 from aiosendfile._aiohttp_compat import CAPABILITIES, Capabilities
 from aiosendfile.aiohttp import FileResponse, StaticResource, add_static
 
+from .conftest import pattern
 from .http_cases import (
     AIOHTTP,
     FILE_CASES,
+    MTIME,
     SECRET,
     STATIC_CASES,
     Case,
@@ -448,6 +451,121 @@ async def test_curl_downloads(
     assert sends(debug_log) == ["zerocopy", "quick"]
 
 
+# --- If-Range: the range only of the file the client holds (RFC 9110, section 13.1.5) ---
+
+# (case, If-Range given the file's ETag and Last-Modified, Range, aiohttp's status, ours).
+# aiohttp serves the range for any entity tag and any date not before the file's
+# modification: a resumed download of a file that changed since (or was replaced by an
+# older copy) would be spliced from two files; ours sends the whole file, 200.
+IF_RANGE_CASES = [
+    ("stale-etag", '"stale"', "0-9", 206, 200),
+    ("own-etag", "{etag}", "0-9", 206, 206),
+    ("own-etag-weak", "W/{etag}", "0-9", 206, 200),  # a weak tag never matches
+    ("own-date", "{lastmod}", "0-9", 206, 206),
+    ("later-date", "{future}", "0-9", 206, 200),  # replaced by an older copy since
+    ("earlier-date", "{past}", "0-9", 200, 200),
+    ("not-a-validator", "junk", "0-9", 206, 200),
+    ("stale-etag-unsatisfiable", '"stale"', "99999999-", 416, 200),
+    ("stale-etag-suffix", '"stale"', "-10", 206, 200),
+]
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+@pytest.mark.parametrize(
+    "case, if_range, byte_range, stock_status, our_status",
+    IF_RANGE_CASES,
+    ids=[case[0] for case in IF_RANGE_CASES],
+)
+async def test_if_range_serves_the_range_only_of_the_same_file(
+    tree: tuple[Path, dict[str, bytes]],
+    case: str,
+    if_range: str,
+    byte_range: str,
+    stock_status: int,
+    our_status: int,
+    method: str,
+) -> None:
+    """aiohttp's own classes and ours (FileResponse and add_static), asked for a range
+    with If-Range: where the validator is not the file's own, aiohttp answers 206 (or
+    416) and ours 200 with the whole file; where it is, both 206."""
+    root, contents = tree
+    data = contents["mid.bin"]
+    want = Case(case, "mid.bin", {"Range": f"bytes={byte_range}", "If-Range": if_range}, method)
+    etag = etag_of(root / "mid.bin")
+    for target in ("/files/mid.bin", "/static/mid.bin"):
+        stock, ours = await ask_both(root, want, target, etag)
+        assert stock.status == stock_status, target
+        if not AIOHTTP_HAS.range_hook:  # an older aiohttp decides itself
+            assert ours.same_as(stock) == [], target
+            continue
+        assert ours.status == our_status, target
+        assert ours.headers["Content-Length"] == str(len(data) if our_status == 200 else 10)
+        assert ("Content-Range" in ours.headers) == (our_status == 206)
+        assert ours.body == (b"" if method == "HEAD" else expected_body(ours, data))
+        if our_status == stock_status:
+            assert ours.same_as(stock) == [], target
+
+
+async def test_if_range_with_the_date_of_a_file_just_changed(tmp_path: Path) -> None:
+    """A Last-Modified date names a whole second, and a file changed within the
+    second just gone may change again under the same date: its date in If-Range gets
+    the whole file until that second is over (aiohttp serves the range)."""
+    path = tmp_path / "fresh.bin"
+    data = pattern(MiB, seed=8)
+    path.write_bytes(data)
+
+    async def ask(url: str) -> tuple[int, bytes, bool]:
+        """The file touched, its date asked, then a range with that date in If-Range:
+        (status, body, whether the answer came within a second of that date)."""
+        os.utime(path)
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{url}/files/fresh.bin") as resp:
+                last_modified = resp.headers["Last-Modified"]
+                await resp.read()
+            headers = {"Range": "bytes=0-9", "If-Range": last_modified}
+            async with session.get(f"{url}/files/fresh.bin", headers=headers) as resp:
+                body = await resp.read()
+        named = email.utils.parsedate_to_datetime(last_modified).timestamp()
+        return resp.status, body, time.time() < named + 1
+
+    async with serving(make_app(tmp_path, ours=False)) as (url, _):
+        status, _, _ = await ask(url)
+        assert status == 206
+    async with serving(make_app(tmp_path, ours=True)) as (url, _):
+        for _ in range(3):  # a loaded machine may take the second: ask again
+            status, body, in_time = await ask(url)
+            if in_time:
+                break
+        assert in_time
+        if AIOHTTP_HAS.range_hook:
+            assert (status, body) == (200, data)
+
+
+async def test_curl_resumes_a_file_changed_meanwhile(tmp_path: Path) -> None:
+    """The issue's case with curl: a download resumed (`-r 10-`) with the ETag of the
+    copy it holds, after the file changed: aiohttp's own class sends the new file's
+    bytes from 10 on (206, two files spliced), ours the new file whole (200)."""
+    path = tmp_path / "doc.bin"
+    path.write_bytes(pattern(MiB, seed=9))
+    old = etag_of(path)
+    path.write_bytes(pattern(MiB, seed=10))
+    os.utime(path, (MTIME, MTIME))
+    new = path.read_bytes()
+    got = []
+    for ours in (False, True):
+        async with serving(make_app(tmp_path, ours)) as (url, _):
+            code, stdout, err = await curl(
+                "-r", "10-", "-H", f"If-Range: {old}", "-w", "\n%{http_code}",
+                f"{url}/files/doc.bin",
+            )  # fmt: skip
+            assert code == 0, err
+            body, status = stdout.rsplit(b"\n", 1)
+            got.append((int(status), body))
+    assert got[0] == (206, new[10:])
+    if AIOHTTP_HAS.range_hook:
+        assert got[1] == (200, new)
+
+
 # --- TLS ---
 
 
@@ -672,8 +790,9 @@ def test_only_the_sendfile_hook_is_replaced() -> None:
     """The smallest override: statuses and headers stay aiohttp's own code.  Of
     aiohttp's methods, ours replace only the constructor, prepare() (which only
     chooses where aiohttp's lookup runs), the body's hook, the lookup (which opens
-    the file before aiohttp stats it) and, where aiohttp has it, _make_response()
-    (which only adds the directory's verdict)."""
+    the file before aiohttp stats it) and, where aiohttp has them, _make_response()
+    (which only adds the directory's verdict) and _prepare_open_file() (which only
+    decides If-Range, and hands aiohttp the request to answer)."""
     ours = FileResponse.__mro__[: FileResponse.__mro__.index(web.FileResponse)]
     replaced = {
         name
@@ -681,17 +800,28 @@ def test_only_the_sendfile_hook_is_replaced() -> None:
         for name, value in vars(cls).items()
         if callable(value) and hasattr(web.FileResponse, name)
     }
-    hooks = ("_get_file_path_stat_encoding", "_get_file_path_stat_and_gzip", "_make_response")
+    hooks = (
+        "_get_file_path_stat_encoding",
+        "_get_file_path_stat_and_gzip",
+        "_make_response",
+        "_prepare_open_file",
+    )
     those_there = {name for name in hooks if hasattr(web.FileResponse, name)}
     assert replaced == {"__init__", "prepare", "_sendfile"} | those_there
 
 
 # What aiohttp releases lack, as found by the compat module's probes (the newest has all).
 MISSING_IN = {
-    "3.9.0": ("lookup_hook", "lookup_errors_answered", "look_up_on_loop", "resolve_on_loop"),
-    "3.9.5": ("lookup_errors_answered", "look_up_on_loop", "resolve_on_loop"),
-    "3.10.0": ("lookup_errors_answered", "look_up_on_loop"),
-    "3.10.11": ("look_up_on_loop",),
+    "3.9.0": (
+        "lookup_hook",
+        "lookup_errors_answered",
+        "range_hook",
+        "look_up_on_loop",
+        "resolve_on_loop",
+    ),
+    "3.9.5": ("lookup_errors_answered", "range_hook", "look_up_on_loop", "resolve_on_loop"),
+    "3.10.0": ("lookup_errors_answered", "range_hook", "look_up_on_loop"),
+    "3.10.11": ("range_hook", "look_up_on_loop"),
 }
 
 
