@@ -66,6 +66,7 @@ from ._asgi.bodies import (
     pathsend_body,
     zerocopysend_body,
 )
+from ._asgi.middleware import Compressor, drops_zerocopysend, find_compressor
 from ._sending.api import send
 
 # HttpToolsProtocol is made when first asked for (__getattr__, at the end).
@@ -182,26 +183,46 @@ class _HeldWrites:
         self.data.append(bytes(data))
 
 
+_UNKNOWN: Any = object()
+
+
 class _FileServing:
     """The app a protocol runs, wrapped: the file extensions advertised and served."""
 
-    __slots__ = ("advertised", "app", "framing")
+    __slots__ = ("_compressor", "advertised", "app", "framing", "surveyed")
 
     def __init__(self, app: App, framing: _Framing, advertised: tuple[str, ...]) -> None:
         self.app = app
         self.framing = framing
         self.advertised = frozenset(advertised)
+        self.surveyed = False  # the app's middleware looked at (zerocopysend's fate)
+        self._compressor: Compressor | None = _UNKNOWN
+
+    def compressor(self) -> Compressor | None:
+        """Starlette's GZipMiddleware in the app's chain, looked for once a response
+        starts: Starlette builds its middleware when it first serves a request."""
+        if self._compressor is _UNKNOWN:
+            self._compressor = find_compressor(self.app)
+        return self._compressor
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self.surveyed:
+            self.surveyed = True
+            if ZEROCOPYSEND in self.advertised and drops_zerocopysend(self.app):
+                # Starlette's GZip and BaseHTTP middleware would lose the message, and
+                # ServeStatic sends pathsend instead.
+                self.advertised -= {ZEROCOPYSEND}
         extensions = scope.get("extensions")
         if extensions is None:
             extensions = scope["extensions"] = {}
         for name in self.advertised:
             extensions[name] = {}
-        response = _Response(send.__self__, self)  # type: ignore[attr-defined]
+        response = _Response(send.__self__, self, receive)  # type: ignore[attr-defined]
         try:
             await self.app(scope, receive, response.send)
         finally:
+            if response.deferred is not None:
+                await response.pass_deferred()
             if response.head is not None:
                 response.write_head()  # the app returned (or failed) after its start
 
@@ -210,11 +231,15 @@ class _Response:
     """One request's response: the app's messages, passed on to uvicorn's cycle, but
     the file messages, which are sent here (see the module's docstring)."""
 
-    __slots__ = ("bodied", "body_bytes", "cycle", "head", "rendered", "serving")
+    __slots__ = (
+        "bodied", "body_bytes", "cycle", "deferred", "head", "receive", "rendered", "serving"
+    )  # fmt: skip
 
-    def __init__(self, cycle: _Cycle, serving: _FileServing) -> None:
+    def __init__(self, cycle: _Cycle, serving: _FileServing, receive: Receive) -> None:
         self.cycle = cycle
         self.serving = serving
+        self.receive = receive
+        self.deferred: Message | None = None  # a start a GZipMiddleware would have held
         self.head: bytes | None = None  # rendered by uvicorn, not written yet
         self.rendered = b""  # the head, written or not
         self.body_bytes = 0  # body bytes sent (h11's framing counts with them)
@@ -222,12 +247,25 @@ class _Response:
 
     async def send(self, message: Message) -> None:
         kind = message["type"]
+        if self.deferred is not None:
+            if kind == PATHSEND and self._compressible():
+                await self._send_compressed(message)
+                return
+            await self.pass_deferred()
         if kind in FILE_MESSAGES:
             await self._send_file(kind, message)
             return
         if self.head is not None:
             self.write_head()
         if kind == "http.response.start" and not self.cycle.response_started:
+            compressor = self.serving.compressor()
+            if compressor is not None and await compressor.holds(
+                self.cycle.scope, self.receive, message
+            ):
+                # The middleware passed this head on only because the body's first
+                # message follows at once: a pathsend it would have compressed.
+                self.deferred = message
+                return
             await self._start(message)
             return
         if kind == "http.response.body":
@@ -250,6 +288,38 @@ class _Response:
         if held.data:
             self.head = self.rendered = b"".join(held.data)
             asyncio.get_running_loop().call_soon(self.write_head)
+
+    async def pass_deferred(self) -> None:
+        start, self.deferred = self.deferred, None
+        if start is not None:
+            await self._start(start)
+
+    def _compressible(self) -> bool:
+        """Whether a pathsend after a deferred start takes the middleware's path."""
+        return PATHSEND in self.serving.advertised and self.cycle.scope["method"] != "HEAD"
+
+    async def _send_compressed(self, message: Message) -> None:
+        """The file in body messages through a copy of the app's GZipMiddleware: what
+        stock uvicorn gets, as Starlette's FileResponse sends such messages there."""
+        start, self.deferred = self.deferred, None
+        assert start is not None
+        body = await pathsend_body(message)  # nothing started: uvicorn answers 500
+        try:
+            compressor = self.serving.compressor()
+            assert compressor is not None
+            await compressor.replay(self.cycle.scope, self.receive, start, body, self._pass)
+        finally:
+            await body.close()
+
+    async def _pass(self, message: Message) -> None:
+        """A message of the middleware's replay: uvicorn's to send."""
+        if self.head is not None:
+            self.write_head()
+        if message["type"] == "http.response.start":
+            await self._start(message)
+        else:
+            self.bodied = True
+            await self.cycle.send(message)
 
     def write_head(self) -> None:
         head, self.head = self.head, None

@@ -5,8 +5,9 @@
 - A file that shrinks while it is sent, or is replaced by one of another size
   between the response's start and its pathsend, closes the connection: never a
   body of the wrong length.  Nothing of the response out yet: a 500 instead.
-- A relative path, a message this server does not advertise, a pathsend after body
-  messages: a clear error in uvicorn's log, and a 500 when nothing is out yet.
+- A path that is not a str, a message this server does not advertise, a pathsend
+  after body messages: a clear error in uvicorn's log, and a 500 when nothing is
+  out yet.  (A relative path is the working directory's: tests/test_uvicorn_apps.py.)
 - A stalled reader of a large file (plain and TLS) holds neither the loop nor the
   other connections.
 """
@@ -199,13 +200,14 @@ INTERNAL_ERROR = b"Internal Server Error"
 @pytest.mark.parametrize(
     ("route", "status", "sent", "error"),
     [
-        ("/relative", 500, INTERNAL_ERROR, "path must be absolute"),
+        ("/bytes-path", 500, INTERNAL_ERROR, "path must be a str"),
+        ("/empty-path", 500, INTERNAL_ERROR, "path is empty"),
         ("/unadvertised", 500, INTERNAL_ERROR, "does not advertise it"),
         # uvicorn's own 500 (h11 frames it in chunks)
         ("/before-start", 500, b"15\r\n" + INTERNAL_ERROR + b"\r\n0\r\n\r\n", "Expected ASGI"),
         ("/missing", 500, INTERNAL_ERROR, "No such file"),
         ("/after-body", 200, b"01", "cannot follow body messages"),
-        ("/yield-then-relative", 200, b"", "path must be absolute"),
+        ("/yield-then-missing", 200, b"", "No such file"),
     ],
 )
 async def test_app_errors(
@@ -228,17 +230,19 @@ async def test_app_errors(
         if route == "/before-start":
             await send(pathsend)
         await send(start(10))
-        if route == "/relative":
-            await send({"type": "http.response.pathsend", "path": "file.bin"})
+        if route == "/bytes-path":
+            await send({"type": "http.response.pathsend", "path": os.fsencode(path)})
+        elif route == "/empty-path":
+            await send({"type": "http.response.pathsend", "path": ""})
         elif route == "/unadvertised":
             with open(path, "rb") as file:
                 await send({"type": "http.response.zerocopysend", "file": file})
         elif route == "/after-body":
             await send({"type": "http.response.body", "body": b"01", "more_body": True})
             await send(pathsend)
-        elif route == "/yield-then-relative":
+        elif route == "/yield-then-missing":
             await asyncio.sleep(0.01)
-            await send({"type": "http.response.pathsend", "path": "file.bin"})
+            await send({"type": "http.response.pathsend", "path": "nothing.bin"})
         elif route == "/missing":
             await send({"type": "http.response.pathsend", "path": str(tmp_path / "nothing")})
 

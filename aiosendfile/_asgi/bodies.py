@@ -1,8 +1,12 @@
 """The ASGI file messages, and the bytes each asks for, as the extension specification words them.
 
-- ``http.response.pathsend``: ``path``, the absolute path (a str) of a file sent
-  whole.  It is opened as send() opens a path: on the loop where its filesystem
-  cannot make open(2) wait, else by a worker; and closed the same way.
+- ``http.response.pathsend``: ``path``, the path (a str) of a file sent whole.
+  The specification asks for an absolute path; a relative one is taken relative
+  to the working directory when the message comes, as the application would
+  have opened it itself (Starlette's FileResponse passes on the path it was
+  given: ``FileResponse("report.pdf")``).  It is opened as send() opens a path:
+  on the loop where its filesystem cannot make open(2) wait, else by a worker;
+  and closed the same way.
 - ``http.response.zerocopysend``: ``file``, a binary file object with a
   descriptor (or the descriptor itself) that the application keeps and closes;
   ``offset`` (absent: the file's position, which then advances past the bytes
@@ -75,12 +79,16 @@ class FileBody:
 
 
 def check_pathsend(message: Mapping[str, Any]) -> str:
-    """The message's `path`; TypeError or ValueError unless it is an absolute str."""
+    """The message's `path`, absolute: a relative one joined to the working directory
+    (not normalized: "a/../b" is left for the kernel to resolve, as open() would);
+    TypeError unless it is a str, ValueError for an empty one."""
     path = message.get("path")
     if not isinstance(path, str):
         raise TypeError(f"{PATHSEND}: path must be a str, not {type(path).__name__}")
+    if not path:
+        raise ValueError(f"{PATHSEND}: path is empty")
     if not os.path.isabs(path):
-        raise ValueError(f"{PATHSEND}: path must be absolute, not {path!r}")
+        path = os.path.join(os.getcwd(), path)
     return path
 
 

@@ -1,0 +1,313 @@
+"""Common FastAPI and Starlette apps on aiosendfile.uvicorn answer as on stock uvicorn.
+
+- FastAPI's tutorial style, ``FileResponse("report.pdf")``: a path relative to the
+  working directory, which Starlette would have opened itself on stock uvicorn.
+- Starlette's GZipMiddleware: a text file is compressed (with ``Vary:
+  Accept-Encoding``) as on stock uvicorn; the types the middleware leaves alone
+  (video, images, archives) still go zero-copy.
+
+Each app is served in the test's loop (asyncio and uvloop) by uvicorn's own
+protocol class and by aiosendfile's, httptools and h11, plain and TLS; httpx asks
+both the same requests, and the raw replies (compressed bodies as they came, every
+header but Date and Server) must be equal.  aiosendfile's DEBUG log tells which
+bodies our server sent with send().
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trustme
+
+from .conftest import pattern
+from .uvicorn_stack import Reply, httpx, normalized, protocols, serving, tls_client
+
+# A text file that compresses well, the size of the one the issue measured; the
+# rest straddle the middleware's limits: its minimum_size (500), FileResponse's
+# 64 KiB chunks (one message, or several and chunked framing).
+TEXT = b"".join(b"line %06d: the quick brown fox jumps over the dog\n" % i for i in range(1900))
+FILES = {
+    "report.txt": TEXT[:90_890],
+    "tiny.txt": b"short text\n" * 20,
+    "page.html": TEXT[:20_000],
+    "exact.txt": TEXT[: 64 * 1024],
+    "movie.mp4": pattern(300_001, 1),
+    "photo.png": pattern(70_000, 2),
+    "bundle.zip": pattern(5_000, 3),
+    "data.bin": pattern(100_000, 4),
+}
+EXCLUDED = ("movie.mp4", "photo.png", "bundle.zip")  # GZipMiddleware's exclude_content_types
+GRID = [
+    ("httptools", "tcp"),
+    ("h11", "tcp"),
+    ("httptools", "tls"),
+    ("h11", "tls"),
+]
+IDS = ["-".join(g) for g in GRID]
+Server = tuple[str, Path | None]
+
+
+@pytest.fixture
+def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The files, in the working directory (FastAPI's tutorial runs from there)."""
+    root = tmp_path / "site"
+    (root / "docs").mkdir(parents=True)
+    for name, data in FILES.items():
+        (root / name).write_bytes(data)
+    (root / "docs" / "guide.txt").write_bytes(TEXT[:3000])
+    monkeypatch.chdir(root)
+    return root
+
+
+@pytest.fixture(params=GRID, ids=IDS)
+def server(request: pytest.FixtureRequest, tls_ca: trustme.CA, tmp_path: Path) -> Server:
+    """The protocol ("httptools", "h11"), and the server's PEM for TLS (None: TCP)."""
+    http, transport = request.param
+    if transport == "tcp":
+        return http, None
+    path = tmp_path / "server.pem"
+    tls_ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(path))
+    return http, path
+
+
+@pytest.fixture
+def debug_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    with caplog.at_level(logging.DEBUG, logger="aiosendfile"):
+        yield caplog
+
+
+def sent_by_send(caplog: pytest.LogCaptureFixture) -> int:
+    """How many bodies send() sent (its DEBUG log: one "send ..." line each)."""
+    return sum(
+        1 for r in caplog.records if r.name == "aiosendfile" and r.getMessage().startswith("send ")
+    )
+
+
+def errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        f"{r.getMessage()} {r.exc_info[1] if r.exc_info else ''}"
+        for r in caplog.records
+        if r.name.startswith("uvicorn") and r.levelno >= logging.ERROR
+    ]
+
+
+def tutorial_app() -> Any:
+    """FastAPI's tutorial style: paths relative to the working directory."""
+    from fastapi import FastAPI
+    from fastapi.responses import FileResponse
+
+    app = FastAPI()
+
+    @app.get("/report")
+    async def report() -> FileResponse:
+        return FileResponse("report.txt")
+
+    @app.get("/guide")
+    async def guide() -> FileResponse:
+        return FileResponse("docs/../docs/guide.txt", media_type="text/plain")
+
+    @app.get("/files/{name}")
+    async def files(name: str) -> FileResponse:
+        return FileResponse(name)
+
+    return app
+
+
+def gzip_app(own: str | None = None) -> Any:
+    """A FastAPI app with Starlette's GZipMiddleware, files by relative path; `own`:
+    with a middleware of the app's own (FastAPI's @app.middleware("http"), which
+    wraps send) "outside" or "inside" the GZipMiddleware."""
+    from fastapi import Request, Response
+    from fastapi.middleware.gzip import GZipMiddleware
+
+    app = tutorial_app()
+
+    async def stamp(request: Request, call_next: Any) -> Response:
+        response: Response = await call_next(request)
+        response.headers["x-stamp"] = "seen"
+        return response
+
+    if own == "inside":
+        app.middleware("http")(stamp)
+    app.add_middleware(GZipMiddleware)
+    if own == "outside":
+        app.middleware("http")(stamp)
+    return app
+
+
+def servestatic_app(middleware: str) -> Any:
+    """ServeStatic mounted in a Starlette app with GZipMiddleware or a
+    BaseHTTPMiddleware: neither knows zerocopysend."""
+    from servestatic import ServeStaticASGI  # type: ignore[import-untyped]
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.middleware.base import BaseHTTPMiddleware
+    from starlette.middleware.gzip import GZipMiddleware
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Mount
+
+    async def passing(request: Request, call_next: Any) -> Response:
+        response: Response = await call_next(request)
+        return response
+
+    chosen = (
+        Middleware(GZipMiddleware)
+        if middleware == "gzip"
+        else Middleware(BaseHTTPMiddleware, dispatch=passing)
+    )
+    files = ServeStaticASGI(None, root=".", prefix="ss/")
+    return Starlette(routes=[Mount("/ss", files)], middleware=[chosen])
+
+
+async def ask(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> Reply:
+    """The reply as it came: the body undecoded (httpx would gunzip `content`)."""
+    async with client.stream("GET", url, headers=headers) as response:
+        raw = b"".join([chunk async for chunk in response.aiter_raw()])
+    return normalized(response.status_code, response.headers.multi_items(), raw)
+
+
+async def both(
+    app: Any,
+    server: Server,
+    tls_ca: trustme.CA,
+    requests: list[tuple[str, dict[str, str]]],
+    caplog: pytest.LogCaptureFixture,
+) -> tuple[list[Reply], list[Reply], int]:
+    """The replies of stock uvicorn and of ours, and how many of ours went by send()."""
+    http, certfile = server
+    verify = tls_client(tls_ca.cert_pem.bytes()) if certfile else True
+    replies = []
+    for cls in protocols(http):
+        caplog.clear()
+        async with (
+            serving(app, cls, certfile) as base,
+            httpx.AsyncClient(verify=verify) as client,
+        ):
+            replies.append([await ask(client, base + target, h) for target, h in requests])
+    return replies[0], replies[1], sent_by_send(caplog)
+
+
+def header(reply: Reply, name: str) -> str | None:
+    values = [value for key, value in reply.headers if key == name]
+    return ",".join(values) if values else None
+
+
+async def test_relative_file_response_matches_stock(
+    server: Server, served: Path, tls_ca: trustme.CA, debug_log: pytest.LogCaptureFixture
+) -> None:
+    """FileResponse("report.txt"): 200 and the file, as on stock uvicorn (was a 500)."""
+    requests = [
+        ("/report", {}),
+        ("/guide", {}),
+        ("/files/movie.mp4", {}),
+        ("/report", {"Range": "bytes=10-99"}),
+    ]
+    stock, ours, sends = await both(tutorial_app(), server, tls_ca, requests, debug_log)
+    assert ours == stock
+    assert [r.status for r in ours] == [200, 200, 200, 206]
+    assert ours[0].body == FILES["report.txt"] and ours[2].body == FILES["movie.mp4"]
+    assert ours[1].body == TEXT[:3000]
+    assert sends == 3  # the whole files: pathsend, by send(); the range: Starlette's
+    assert errors(debug_log) == []
+
+
+async def test_gzip_middleware_matches_stock(
+    server: Server, served: Path, tls_ca: trustme.CA, debug_log: pytest.LogCaptureFixture
+) -> None:
+    """Starlette's GZipMiddleware: text compressed with Vary, byte for byte as on stock
+    uvicorn, for clients that take gzip and those that do not; what it leaves alone
+    goes by send()."""
+    names = list(FILES)
+    requests = [
+        (f"/files/{name}", encoding)
+        for encoding in ({"Accept-Encoding": "gzip"}, {"Accept-Encoding": "identity"})
+        for name in names
+    ]
+    requests.append(("/files/report.txt", {"Accept-Encoding": "gzip", "Range": "bytes=0-99"}))
+    stock, ours, sends = await both(gzip_app(), server, tls_ca, requests, debug_log)
+    for (target, headers), theirs, mine in zip(requests, stock, ours, strict=True):
+        assert mine == theirs, (target, headers)
+    by_name = dict(zip(names, ours, strict=False))  # the gzip half
+    report = by_name["report.txt"]
+    assert header(report, "content-encoding") == "gzip"
+    assert header(report, "vary") == "Accept-Encoding"
+    assert gzip.decompress(report.body) == FILES["report.txt"]
+    assert len(report.body) < len(FILES["report.txt"]) // 10
+    for name in EXCLUDED:
+        assert header(by_name[name], "content-encoding") is None, name
+        assert by_name[name].body == FILES[name], name
+    identity = ours[len(names)]
+    assert header(identity, "vary") == "Accept-Encoding" and identity.body == FILES["report.txt"]
+    # Only what the middleware lets through untouched went by send(): the excluded
+    # types, for both kinds of client.
+    assert sends == 2 * len(EXCLUDED)
+    assert errors(debug_log) == []
+
+
+@pytest.mark.parametrize("own", ["outside", "inside"])
+@pytest.mark.parametrize("http", ["httptools", "h11"])
+async def test_gzip_and_the_apps_own_middleware_match_stock(
+    http: str, own: str, served: Path, tls_ca: trustme.CA, debug_log: pytest.LogCaptureFixture
+) -> None:
+    """A middleware of the app's own around (or inside) the GZipMiddleware: the same
+    files, compressed where stock uvicorn compresses them (with Vary), its header in
+    each reply.  Not byte for byte: one outside sees the head before the
+    compression is replayed (its header comes first), and one inside re-chunks
+    the body on stock uvicorn (BaseHTTPMiddleware sends every chunk with more to
+    come), which the middleware then compresses as a stream."""
+    requests = [
+        (f"/files/{name}", {"Accept-Encoding": "gzip"})
+        for name in ("report.txt", "page.html", "movie.mp4", "photo.png")
+    ]
+    app = gzip_app(own)
+    stock, ours, sends = await both(app, (http, None), tls_ca, requests, debug_log)
+    framing = ("content-length", "transfer-encoding")
+    for (target, _), theirs, mine in zip(requests, stock, ours, strict=True):
+        assert mine.status == theirs.status == 200
+        assert sorted(h for h in mine.headers if h[0] not in framing) == sorted(
+            h for h in theirs.headers if h[0] not in framing
+        )
+        unpack = gzip.decompress if header(mine, "content-encoding") == "gzip" else bytes
+        assert unpack(mine.body) == unpack(theirs.body) == FILES[target.split("/")[-1]]
+    assert all(header(r, "x-stamp") == "seen" for r in ours)
+    assert [header(r, "content-encoding") for r in ours] == ["gzip", "gzip", None, None]
+    assert sends == 2
+    assert errors(debug_log) == []
+
+
+@pytest.mark.parametrize("middleware", ["gzip", "base"])
+async def test_servestatic_behind_starlette_middleware(
+    middleware: str,
+    server: Server,
+    served: Path,
+    tls_ca: trustme.CA,
+    debug_log: pytest.LogCaptureFixture,
+) -> None:
+    """ServeStatic inside a Starlette app whose middleware does not know zerocopysend
+    (GZipMiddleware dropped it: a 500 or an empty body; BaseHTTPMiddleware failed
+    on it): not advertised there, so ServeStatic sends pathsend; every file whole,
+    compressed where stock uvicorn compresses it, the rest by send().  (Not byte for
+    byte: the compression is replayed over FileResponse's chunks, not ServeStatic's;
+    a file under the middleware's minimum_size, which stock uvicorn compresses only
+    because ServeStatic streams it, is sent as it is.)"""
+    requests = [(f"/ss/{name}", {"Accept-Encoding": "gzip"}) for name in FILES]
+    app = servestatic_app(middleware)
+    stock, ours, sends = await both(app, server, tls_ca, requests, debug_log)
+    for name, theirs, mine in zip(FILES, stock, ours, strict=True):
+        assert mine.status == theirs.status == 200, name
+        encoding = header(mine, "content-encoding")
+        if len(FILES[name]) >= 500:  # GZipMiddleware's minimum_size
+            assert encoding == header(theirs, "content-encoding"), name
+            assert header(mine, "vary") == header(theirs, "vary"), name
+        unpack = gzip.decompress if encoding == "gzip" else bytes
+        repack = gzip.decompress if header(theirs, "content-encoding") == "gzip" else bytes
+        assert unpack(mine.body) == repack(theirs.body) == FILES[name], name
+    # What the GZipMiddleware leaves alone (all, without one) went by send().
+    assert sends == (len(EXCLUDED) if middleware == "gzip" else len(FILES))
+    assert errors(debug_log) == []
