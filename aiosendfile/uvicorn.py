@@ -15,10 +15,21 @@ Unix sockets, on uvloop and asyncio alike; the buffered path on TLS.  The
 response head waits for the app's next message (or for the app to yield to the
 loop): when that is a file message, the head leaves with the file's first bytes
 (a small cached file: one call of the core).  Content-Length and chunked
-framing are uvicorn's (h11's for H11Protocol); HEAD sends no body.
+framing are uvicorn's (h11's for H11Protocol); HEAD sends no body.  A pathsend
+path relative to the working directory is taken as the app would have opened it
+on stock uvicorn (Starlette's FileResponse("report.pdf")).
 
-Failures: anything wrong before a byte of the body is sent (a relative path, a
-message this server does not advertise, a file that cannot be opened, a size
+Middleware that would lose what the file messages stand for (_asgi.middleware):
+with Starlette's GZipMiddleware in the app's chain, a head the middleware would
+hold (it may compress the body) waits for the app's next message, and a
+pathsend after it is replayed through a copy of the middleware as
+FileResponse's body messages, compressed as on stock uvicorn; heads it lets
+through at once (images, video, archives...) keep their zero-copy file.  With
+GZipMiddleware or BaseHTTPMiddleware in the chain, zerocopysend is not
+advertised (the one drops it, the other fails on it).
+
+Failures: anything wrong before a byte of the body is sent (a path that is not a
+str, a message this server does not advertise, a file that cannot be opened, a size
 that differs from the response's Content-Length) raises in the app, and the
 client gets a 500 if the head is not out yet, else a closed connection.  A file
 that shrinks while it is sent closes the connection (and raises): never a body
@@ -220,9 +231,13 @@ class _FileServing:
         response = _Response(send.__self__, self, receive)  # type: ignore[attr-defined]
         try:
             await self.app(scope, receive, response.send)
+        except BaseException:
+            # A head the GZipMiddleware would still hold is not sent: uvicorn answers 500.
+            response.deferred = None
+            raise
         finally:
             if response.deferred is not None:
-                await response.pass_deferred()
+                await response.pass_deferred()  # the app returned after its start
             if response.head is not None:
                 response.write_head()  # the app returned (or failed) after its start
 

@@ -1,18 +1,21 @@
 """A FastAPI app whose file responses are sent zero-copy: uvicorn with aiosendfile's protocol.
 
-    python fastapi_app.py [PORT]        # serves the directory it runs in, on 127.0.0.1
-    uvicorn fastapi_app:app --http aiosendfile.uvicorn:HttpToolsProtocol   # the same
+Run it from the directory it serves (one holding a report.pdf), either way:
 
-GET /report answers with ./report.pdf; /static/NAME with any file of the directory
-(FastAPI's StaticFiles: Range and conditional requests too).  The app is plain
-FastAPI: only the server's protocol changes, and FileResponse's bodies go by
-sendfile(2) instead of 64 KiB reads in threads.
+    python /path/to/examples/fastapi_app.py [PORT]      # on 127.0.0.1, port 8000
+    uvicorn fastapi_app:app --app-dir /path/to/examples --http aiosendfile.uvicorn:HttpToolsProtocol
+
+(`--app-dir` tells uvicorn where to import `fastapi_app` from: the directory it
+runs in is the one it serves.)  GET /report answers with ./report.pdf, named as
+FastAPI's tutorial names files, relative to the working directory; /static/NAME
+with any file of the directory (FastAPI's StaticFiles: Range and conditional
+requests too).  The app is plain FastAPI: only the server's protocol changes,
+and FileResponse's bodies go by sendfile(2) instead of 64 KiB reads in threads.
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI
@@ -21,17 +24,15 @@ from fastapi.staticfiles import StaticFiles
 
 import aiosendfile.uvicorn
 
-HERE = Path.cwd()
-
 app = FastAPI()
 
 
 @app.get("/report")
 async def report() -> FileResponse:
-    return FileResponse(HERE / "report.pdf", media_type="application/pdf")
+    return FileResponse("report.pdf", media_type="application/pdf")
 
 
-app.mount("/static", StaticFiles(directory=HERE), name="static")
+app.mount("/static", StaticFiles(directory="."), name="static")
 
 if __name__ == "__main__":
     port = int(sys.argv[1]) if len(sys.argv) > 1 else 8000

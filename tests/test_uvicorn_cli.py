@@ -53,13 +53,11 @@ _require(
 )
 
 
-def make_app() -> Any:
+def starlette_app(*middleware: Any) -> Any:
     """/file/{name}: Starlette's FileResponse (pathsend) of $AIOSENDFILE_TEST_ROOT/name;
-    /ss/{name}: ServeStatic (zerocopysend); /loop: the serving loop's class, the scope's
-    extensions and the process id."""
+    /loop: the serving loop's class, the scope's extensions and the process id."""
     import asyncio
 
-    from servestatic import ServeStaticASGI  # type: ignore[import-untyped]
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import FileResponse, JSONResponse
@@ -80,8 +78,23 @@ def make_app() -> Any:
             }
         )
 
-    app = Starlette(routes=[Route("/file/{name}", file), Route("/loop", loop)])
-    return ServeStaticASGI(app, root=str(root), prefix="ss/")
+    routes = [Route("/file/{name}", file), Route("/loop", loop)]
+    return Starlette(routes=routes, middleware=list(middleware))
+
+
+def make_app() -> Any:
+    """starlette_app(), and /ss/{name}: ServeStatic (zerocopysend)."""
+    from servestatic import ServeStaticASGI  # type: ignore[import-untyped]
+
+    return ServeStaticASGI(starlette_app(), root=os.environ[ROOT], prefix="ss/")
+
+
+def make_gzip_app() -> Any:
+    """starlette_app() behind Starlette's GZipMiddleware."""
+    from starlette.middleware import Middleware
+    from starlette.middleware.gzip import GZipMiddleware
+
+    return starlette_app(Middleware(GZipMiddleware))
 
 
 @pytest.fixture
@@ -185,24 +198,37 @@ def bytes_by_call(trace: str) -> dict[str, int]:
     return moved
 
 
-@pytest.mark.parametrize(
-    ("http", "loop"),
-    [("HttpToolsProtocol", "UVLoop"), ("H11Protocol", "SelectorEventLoop")],
-)
-def test_uvicorn_command_line_bodies_leave_by_sendfile(
-    http: str, loop: str, root: Path, tmp_path: Path, curl_path: str
-) -> None:
+def traced_uvicorn(trace: Path, factory: str, http: str, loop: str) -> list[str]:
+    """The argv of `python -m uvicorn --factory tests.test_uvicorn_cli:FACTORY` with
+    aiosendfile's protocol and loop, under `strace -f`, which writes to `trace` the
+    calls that move bytes to connections."""
     strace = shutil.which("strace")
     if strace is None:
         if os.environ.get("CI"):
             pytest.fail("strace is not installed (.ci/run installs it)")
         pytest.skip("strace is not installed")
-    trace = tmp_path / "trace.txt"
     calls = "trace=accept,accept4,fcntl,sendfile,write,writev,sendto,sendmsg"
     argv = [strace, "-f", "-qq", "-o", str(trace), "-e", calls]
-    argv += [sys.executable, "-m", "uvicorn", "--factory", "tests.test_uvicorn_cli:make_app"]
+    argv += [sys.executable, "-m", "uvicorn", "--factory", f"tests.test_uvicorn_cli:{factory}"]
     argv += ["--host", "127.0.0.1", "--port", "0", "--no-access-log"]
     argv += ["--http", f"aiosendfile.uvicorn:{http}", "--loop", f"aiosendfile.loops:{loop}"]
+    return argv
+
+
+# uvicorn's command line: each protocol with the loop its `auto` would pick, so both
+# protocols and both loops run.
+COMMAND_LINES = pytest.mark.parametrize(
+    ("http", "loop"),
+    [("HttpToolsProtocol", "UVLoop"), ("H11Protocol", "SelectorEventLoop")],
+)
+
+
+@COMMAND_LINES
+def test_uvicorn_command_line_bodies_leave_by_sendfile(
+    http: str, loop: str, root: Path, tmp_path: Path, curl_path: str
+) -> None:
+    trace = tmp_path / "trace.txt"
+    argv = traced_uvicorn(trace, "make_app", http, loop)
     log = tmp_path / "server.log"
     with running(argv, _environment(root), log, stop_server=True) as base:
         report = json.loads(curl(base + "/loop"))
@@ -225,6 +251,39 @@ def test_uvicorn_command_line_bodies_leave_by_sendfile(
     assert moved.pop("sendfile", 0) == bodies, moved
     heads = sum(moved.values())
     assert heads < 7 * 400 + 3 * 1024, f"bytes written other than by sendfile(2): {moved}"
+    assert "Traceback" not in log.read_text(), log.read_text()
+
+
+@COMMAND_LINES
+def test_gzip_middleware_on_the_command_line(
+    http: str, loop: str, tmp_path: Path, curl_path: str
+) -> None:
+    """Starlette's GZipMiddleware, curl --compressed: a text file comes compressed with
+    Vary, as from stock uvicorn; a video, an image and an archive, which the
+    middleware leaves alone, leave by sendfile(2) whole, and nothing else does."""
+    root = tmp_path / "files"
+    root.mkdir()
+    text = b"".join(b"%06d the same words again and again\n" % i for i in range(2500))
+    (root / "notes.txt").write_bytes(text)
+    left_alone = {"movie.mp4": 3 * 1024 * 1024 + 1, "photo.png": 70_001, "bundle.zip": 5_003}
+    for name, size in left_alone.items():
+        (root / name).write_bytes(os.urandom(size))
+    trace = tmp_path / "trace.txt"
+    argv = traced_uvicorn(trace, "make_gzip_app", http, loop)
+    log = tmp_path / "server.log"
+    with running(argv, _environment(root), log, stop_server=True) as base:
+        head = curl(f"{base}/file/notes.txt", "--compressed", "--dump-header", "-").decode()
+        assert head.endswith(text.decode()), head[:500]
+        assert "content-encoding: gzip" in head and "vary: Accept-Encoding" in head, head[:500]
+        compressed = downloaded(f"{base}/file/notes.txt", "-H", "Accept-Encoding: gzip")
+        assert compressed < len(text) // 10
+        for name in left_alone:
+            assert curl(f"{base}/file/{name}", "--compressed") == (root / name).read_bytes()
+    if "ptrace" in log.read_text():
+        pytest.skip(f"strace cannot trace here: {log.read_text()}")
+    moved = bytes_by_call(trace.read_text())
+    assert moved.pop("sendfile", 0) == sum(left_alone.values()), moved
+    assert sum(moved.values()) < 2 * compressed + 4 * 1024 + len(left_alone) * 400, moved
     assert "Traceback" not in log.read_text(), log.read_text()
 
 
@@ -272,16 +331,39 @@ def test_gunicorn_worker(
     assert "Traceback" not in text and "[ERROR]" not in text, text
 
 
-def test_fastapi_example(tmp_path: Path, curl_path: str) -> None:
-    """examples/fastapi_app.py as a user runs it, in the directory it serves."""
+def documented_commands() -> list[list[str]]:
+    """The example's commands as its docstring shows them (run from the directory it
+    serves), with the real path of examples/ for /path/to/examples."""
+    import ast
+    import shlex
+
+    doc = ast.get_docstring(ast.parse(EXAMPLE.read_text())) or ""
+    lines = [line.strip() for line in doc.splitlines()]
+    commands = [line.split("  #")[0] for line in lines if line.startswith(("python ", "uvicorn "))]
+    here = str(EXAMPLE.parent)
+    return [[arg.replace("/path/to/examples", here) for arg in shlex.split(c)] for c in commands]
+
+
+@pytest.mark.parametrize("command", ["python", "uvicorn"])
+def test_fastapi_example(command: str, tmp_path: Path, curl_path: str) -> None:
+    """examples/fastapi_app.py as its docstring says to run it, from the directory it
+    serves: `python .../fastapi_app.py PORT`, and uvicorn's command line with
+    --app-dir (the directory it runs in does not hold the module)."""
     if not EXAMPLE.is_file():
         pytest.skip("examples/ is not beside the tests (the tests of an installed package)")
+    argv = next(c for c in documented_commands() if c[0] == command)
+    env = _environment(tmp_path)
+    if command == "python":
+        argv = [sys.executable, argv[1], "0"]  # [PORT]: any free one
+    else:
+        env["UVICORN_PORT"] = "0"  # uvicorn's own --port, from its environment
+        scripts = str(Path(sys.executable).parent)  # this Python's uvicorn script
+        env["PATH"] = os.pathsep.join([scripts, env.get("PATH", "")])
     report, data = os.urandom(300_001), os.urandom(70_000)
     (tmp_path / "report.pdf").write_bytes(report)
     (tmp_path / "data.bin").write_bytes(data)
-    env = _environment(tmp_path)
     log = tmp_path / "server.log"
-    with running([sys.executable, str(EXAMPLE), "0"], env, log, stop_server=False) as base:
+    with running(argv, env, log, stop_server=False) as base:
         assert curl(base + "/report") == report
         assert curl(base + "/static/data.bin") == data
         assert curl(base + "/static/data.bin", "--range", "10-19") == data[10:20]
