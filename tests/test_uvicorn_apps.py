@@ -311,3 +311,26 @@ async def test_servestatic_behind_starlette_middleware(
     # What the GZipMiddleware leaves alone (all, without one) went by send().
     assert sends == (len(EXCLUDED) if middleware == "gzip" else len(FILES))
     assert errors(debug_log) == []
+
+
+@pytest.mark.parametrize("http", ["httptools", "h11"])
+async def test_gzip_middleware_file_that_cannot_be_opened(
+    http: str, served: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pathsend the GZipMiddleware would compress, of a file that is not there:
+    nothing of the response is out (its head waited), so uvicorn answers 500."""
+    from starlette.middleware.gzip import GZipMiddleware
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        headers = [(b"content-type", b"text/plain"), (b"content-length", b"5000")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.pathsend", "path": "gone.txt"})
+
+    _, ours = protocols(http)
+    async with serving(GZipMiddleware(app), ours) as base, httpx.AsyncClient() as client:
+        response = await client.get(base + "/", headers={"Accept-Encoding": "gzip"})
+        again = await client.get(base + "/files/report.txt")  # a new connection: fine
+    assert response.status_code == 500 and response.text == "Internal Server Error"
+    assert again.status_code == 500  # the same app: the same answer, not a hang
+    found = errors(caplog)
+    assert len(found) == 2 and all("No such file" in e for e in found), found
