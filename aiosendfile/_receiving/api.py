@@ -37,7 +37,9 @@ async def receive(
     FTP's `STOR`, replication).  Zero-copy (`splice(2)` socket -> pipe -> file)
     for a regular file on a plain TCP or Unix-socket transport, on the stock
     asyncio loop and on uvloop; TLS transports and other files take the
-    buffered path.
+    buffered path.  Regular files are written by the loop's disk workers; a
+    pipe, FIFO, socket or terminal, whose reader may never come back, from the
+    loop itself without blocking.
 
     Args:
         reader: the connection's `asyncio.StreamReader`, or, with a raw
@@ -49,7 +51,8 @@ async def receive(
             an `aiofiles` binary file; a `str` or `os.PathLike` path (created or
             truncated, opened and closed by `receive()`, in a worker; a FIFO
             that no process has open for reading raises `OSError(ENXIO)` rather
-            than wait); any other writable binary object (`io.BytesIO`, a pipe).
+            than wait); any other writable binary object (`io.BytesIO`, a pipe,
+            a socket's `makefile("wb")`, a terminal).
         count: the bytes to receive (int >= 0); `None`: until the peer closes
             its side.
         offset: where in the file the first byte goes (int >= 0); `None`: the
@@ -87,19 +90,39 @@ async def receive(
        `OSError`; reading is resumed and the transport left open, but its
        stream is somewhere inside the upload: close it.
     5. **Cancellation** stops within one loop iteration and raises
-       `CancelledError`; nothing leaks (descriptors, loop registrations,
-       protocols swapped in, pipes), and reading is resumed.  `file.tell()`
-       says how much reached the file, and no thread touches the file after
-       `receive()` raised.  Bytes taken from the socket and not written are
-       gone from the stream, so framed protocols will usually close it.
-    6. **Concurrency.** Concurrent `receive()` calls on one reader run one
+       `CancelledError`, into a pipe whose reader stalls too (see below);
+       nothing leaks (descriptors, loop registrations, protocols swapped in,
+       pipes), and reading is resumed.  No thread touches the file after
+       `receive()` raised.  The `n` bytes that reached the file: `file.tell()
+       == offset + n` for a file with a position, and for any file the last
+       `progress` call said `n` (no call: none).  Bytes taken from the
+       connection and not written are gone from the stream: on the buffered
+       path the rest of the buffer being written and what the transport read
+       into the other one (two buffers of up to 256 KiB), and the bytes the
+       `StreamReader` held if their write had not begun; so framed protocols
+       will usually close it.
+    6. **Pipes, FIFOs, sockets, terminals** (any file but a regular file or
+       a block device) are written from the loop, never by a worker thread:
+       as much as the file takes at once, then each time the loop sees it
+       writable.  A reader that stalls holds this receive (and, through
+       reading paused, its connection), never a thread; the disk workers stay
+       free for other sends and receives.  A non-blocking descriptor is waited
+       on like a blocking one (never `BlockingIOError`, no byte lost), and the
+       application's descriptor keeps its `O_NONBLOCK` setting as it was (the
+       writes go through a descriptor of the call's own).  A reader that went
+       away raises `BrokenPipeError` (the file's error: the transport is left
+       open).  Where Linux's means are missing (`splice(2)`, `epoll`,
+       `/proc/self/fd`), such writes run in a thread of the file's own,
+       outside the disk workers, and a cancellation waits for the write in
+       progress.
+    7. **Concurrency.** Concurrent `receive()` calls on one reader run one
        after another, in call order.  Do not read from the reader yourself
        while a receive on it runs; `send()` on the same connection may run at
        the same time.
-    7. **Reading resumed.** The transport's reading is paused for the
+    8. **Reading resumed.** The transport's reading is paused for the
        zero-copy path and put back as it was when the receive ends, in the
        state the `StreamReader`'s own flow control expects.
-    8. **Bad input** raises before anything is read from the connection:
+    9. **Bad input** raises before anything is read from the connection:
        `io.UnsupportedOperation` for a file not open for writing; `TypeError`
        for a text-mode file, an `int`, `bytes` or any object that is not a
        file or a path, a non-integer `count` or `offset`, a `reader` or
@@ -114,7 +137,8 @@ async def receive(
         IncompleteReceiveError: the peer closed before `count` bytes came.
         TransportClosingError: the transport is closing or was closed.
         ConnectionError: the peer reset the connection.
-        OSError: the file could not be written (`ENOSPC`, `EIO`...).
+        OSError: the file could not be written (`ENOSPC`, `EIO`...; a
+            `BrokenPipeError` from a pipe or socket whose reader went away).
         TypeError, ValueError: bad input, as listed above.
     """
     side = read_side(reader, writer)

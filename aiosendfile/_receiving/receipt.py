@@ -62,7 +62,10 @@ class Receipt:
             self.received += write.written  # what reached the file before the error
             raise
         except asyncio.CancelledError:
-            self.received += write.written  # all of it, or none if no thread started it
+            # All of it or none, from a worker; from the loop, what the target took.
+            self.received += write.written
+            if write.written:
+                self.report()  # the last report says what reached the file
             raise
         self.advance(write.written)
 

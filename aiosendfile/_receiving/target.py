@@ -1,5 +1,6 @@
 """The `file` argument of receive(): validation, opening paths, where bytes go,
-and writing the bytes Python holds without blocking the loop."""
+and writing the bytes Python holds without blocking the loop: a file in a disk
+worker, a pipe, FIFO, socket or terminal from the loop itself (nowait.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import io
 import os
 import stat
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from .. import _disk
@@ -18,6 +20,7 @@ from .._files import (
     FileArgument,
     call_or,
 )
+from .nowait import LoopWrite, Outlet, may_wait_forever, open_outlet, run_in_own_thread
 
 
 class Target(FileArgument):
@@ -33,9 +36,21 @@ class Target(FileArgument):
         super().__init__(file, owned)
         self.regular = False
         self.append = False
+        # A pipe, FIFO, socket or terminal: its writes can wait for its reader for
+        # ever, so they never run in a disk worker (nowait.py).
+        self.may_wait = False
+        self._mode = 0
+        self._outlet: Outlet | None = None
+        self._outlet_asked = False  # open_outlet() was called (None: there is none)
         if self.fd is not None:
-            self.regular = stat.S_ISREG(os.fstat(self.fd).st_mode)
+            self._mode = os.fstat(self.fd).st_mode
+            self.regular = stat.S_ISREG(self._mode)
+            self.may_wait = may_wait_forever(self._mode)
             self.append = bool(fcntl.fcntl(self.fd, fcntl.F_GETFL) & os.O_APPEND)
+            if owned and self.may_wait:
+                # A description receive() opened (a FIFO's path) is nobody else's:
+                # it may be non-blocking, the simplest way in.
+                os.set_blocking(self.fd, False)
         self.seekable = bool(call_or(file, "seekable", False)) and not self.append
         self.in_memory = self.fd is None  # BytesIO and friends: written on the loop
 
@@ -69,20 +84,39 @@ class Target(FileArgument):
             self.file.seek(offset)  # in-memory objects are written where they stand
         return offset
 
-    def write(self, data: bytes | memoryview, position: int | None) -> Write:
+    def write(self, data: bytes | memoryview, position: int | None) -> Write | LoopWrite:
         """Starts writing all of `data` at `position` (None: where the file stands);
-        await the returned Write's `finished()`.
+        await the returned write's `finished()`.
 
-        A descriptor is written by a worker thread (positional when it can
-        seek); an in-memory object on the loop, at once, given a copy it may keep.
-        `data` must not change until `finished()` has returned or raised.
+        A regular file or block device is written by a disk worker (positional
+        when it can seek); a descriptor that may wait forever (a pipe...) from
+        the loop without blocking (nowait.py); an in-memory object on the loop,
+        at once, given a copy it may keep.  `data` must not change until
+        `finished()` has returned or raised.
         """
+        if self.may_wait:
+            assert self.fd is not None
+            if not self._outlet_asked:
+                self._outlet_asked = True
+                self._outlet = open_outlet(self.fd, self._mode)
+            if self._outlet is not None:
+                return LoopWrite(self._outlet, data, position)
         write = Write(data, position)
         if self.fd is None:
             write.write_object(self.file)
+        elif self.may_wait:
+            write.start(self.fd, run_in_own_thread)  # no way in without blocking
         else:
-            write.start(self.fd)
+            write.start(self.fd, _disk.submit)
         return write
+
+    def close(self) -> None:
+        outlet, self._outlet = self._outlet, None
+        try:
+            if outlet is not None:
+                outlet.close()
+        finally:
+            super().close()
 
     def set_position(self, position: int | None) -> None:
         if position is None or not self.seekable:
@@ -119,9 +153,10 @@ class Write:
         self._state = _State.QUEUED
         self._lock = threading.Lock()  # the thread's start against a withdrawal
 
-    def start(self, fd: int) -> None:
-        # Through the same capped queue as the send side's disk reads.
-        self._future = _disk.submit(functools.partial(self._run, fd))
+    def start(self, fd: int, submit: Callable[[Callable[[], None]], asyncio.Future[None]]) -> None:
+        """Hands the write to a thread: `_disk.submit` (the same capped queue as the
+        send side's disk reads) or `run_in_own_thread`."""
+        self._future = submit(functools.partial(self._run, fd))
 
     def write_object(self, file: Any) -> None:
         """Writes an in-memory object on the loop; an error waits for `finished()`."""
