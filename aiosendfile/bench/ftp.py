@@ -76,6 +76,7 @@ ROOT = "ftp-root"  # the servers' root, beside the run's files (not holding its 
 READY = re.compile(r"server on 127\.0\.0\.1:(\d+)\b")  # the first line of each of them
 READY_TIMEOUT = 30.0  # seconds for a server to listen
 STOP_TIMEOUT = 5.0  # seconds for a server to exit after SIGTERM
+SAID_TIMEOUT = 5.0  # seconds for a server to log a transfer curl saw end
 AIOFTP_BIG_BLOCK = 256 << 10
 # examples/ftp_server.py logs each transfer: "... RETR /f.bin 4194304 bytes 0.01 s zerocopy ok"
 EXAMPLE_TRANSFER = re.compile(r" (?:RETR|STOR) /\S+ \d+ bytes [\d.]+ s (\S+) ok$", re.MULTILINE)
@@ -95,6 +96,7 @@ class FtpRow(Sender):
 
     workloads = FTP_ONLY
     implicit_tls: ClassVar[bool] = False  # TLS from the first byte (ftps://), not AUTH TLS
+    says_path: ClassVar[bool] = False  # whether its output names each transfer's path
 
     def serve(self, ctx: serving.Context) -> None:
         raise TypeError(f"{self.name} is a program of its own: ftp.measure() runs it")
@@ -116,6 +118,7 @@ class FtpRow(Sender):
 class ExampleRow(FtpRow):
     env: ClassVar[Mapping[str, str | None]] = {NO_EXTENSIONS: None}  # the C core
     loop: ClassVar[str] = "asyncio"
+    says_path = True
 
     def command(
         self, root: str, tls: tuple[str, str, str] | None, example: Path | None
@@ -332,6 +335,19 @@ class ServerProgram:
         text = self.log().strip()
         return f"; its output ends: {text[-1500:]}" if text else ""
 
+    def path_taken(self, row: FtpRow) -> str | None:
+        """The path the transfer took, once `row`'s server says (None where it never
+        does).  examples/ftp_server.py logs a transfer just after its 226 reply, and curl
+        exits on that reply: read at once, the line could be missing yet whenever the
+        reply woke curl and this process before the server wrote it (seen with FTPS
+        uploads on Python 3.14, two busy cores)."""
+        deadline = time.monotonic() + SAID_TIMEOUT
+        while True:
+            path = row.path_taken(self.log())
+            if path is not None or not row.says_path or time.monotonic() >= deadline:
+                return path
+            time.sleep(0.01)
+
     def reset_peak(self) -> bool:
         """VmHWM starts again from the RSS now."""
         return reset_peak_rss(self.pid)
@@ -443,7 +459,7 @@ def measure(
             except MeasurementError as exc:
                 raise MeasurementError(f"{exc}{server.tail()}") from None
             after = server.usage()
-            path = row.path_taken(server.log())
+            path = server.path_taken(row)
         if got.bytes != size:
             raise MeasurementError(f"curl moved {got.bytes} of {size} bytes")
         if upload:
