@@ -391,12 +391,19 @@ class Connection:
 async def connect(
     tmp_path: Path, tls_contexts: tuple[ssl.SSLContext, ssl.SSLContext]
 ) -> AsyncIterator[Callable[..., Any]]:
-    """connect(transport, writer, reading=True, sndbuf=None) -> Connection."""
+    """connect(transport, writer, reading=True, sndbuf=None, peer_rcvbuf=None) -> Connection.
+    `peer_rcvbuf`: the peer's SO_RCVBUF, set before the handshake (its window scale
+    follows), as a client sets it."""
     made: list[Connection] = []
     server_ctx, client_ctx = tls_contexts
 
     async def make(
-        transport: str, writer: str = "stream", *, reading: bool = True, sndbuf: int | None = None
+        transport: str,
+        writer: str = "stream",
+        *,
+        reading: bool = True,
+        sndbuf: int | None = None,
+        peer_rcvbuf: int | None = None,
     ) -> Connection:
         loop = asyncio.get_running_loop()
         if transport == "unix":
@@ -405,7 +412,12 @@ async def connect(
             listener.bind(path)
             address: Any = path
         else:
-            listener = socket.create_server(("127.0.0.1", 0))
+            listener = socket.socket()
+            address = ("127.0.0.1", 0)
+        if peer_rcvbuf is not None:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, peer_rcvbuf)  # inherited
+        if transport != "unix":
+            listener.bind(address)
             address = listener.getsockname()
         listener.listen(1)
 
@@ -467,14 +479,20 @@ STEADY_POLLS = 3  # the queues unchanged over this many polls in a row: stalled
 
 @pytest.fixture
 def stalled_connection(connect: Callable[..., Any]) -> Callable[..., Any]:
-    """stalled_connection(transport, writer="stream", sndbuf=32 KiB) -> Connection whose
-    peer reads nothing until `conn.peer.resume()`, behind small socket buffers
-    (`sndbuf=None`: the kernel's own), so a send soon fills them and waits."""
+    """stalled_connection(transport, writer="stream", sndbuf=32 KiB, peer_rcvbuf=None) ->
+    Connection whose peer reads nothing until `conn.peer.resume()`, behind small socket
+    buffers (`sndbuf=None`: the kernel's own), so a send soon fills them and waits."""
 
     async def make(
-        transport: str, writer: str = "stream", *, sndbuf: int | None = STALLING_SNDBUF
+        transport: str,
+        writer: str = "stream",
+        *,
+        sndbuf: int | None = STALLING_SNDBUF,
+        peer_rcvbuf: int | None = None,
     ) -> Connection:
-        conn: Connection = await connect(transport, writer, reading=False, sndbuf=sndbuf)
+        conn: Connection = await connect(
+            transport, writer, reading=False, sndbuf=sndbuf, peer_rcvbuf=peer_rcvbuf
+        )
         return conn
 
     return make

@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
+import struct
 import termios
 from collections.abc import Callable
 from pathlib import Path
@@ -61,12 +62,35 @@ def test_stalled_tls_downloads_hold_little(loop_name: str) -> None:
 DEFAULT_BUFFERS_BOUND_KIB = 64
 
 
+# A client's receive buffer set before it connects (its window scale follows): the
+# server's send queue then holds what the client's buffer would have.
+SMALL_CLIENT_RCVBUF = "4K"
+# The kernel refuses writes once this much is unsent (TCP_NOTSENT_LOWAT, also a system
+# default), with SO_SNDBUF's room left: behind a small window nothing unsent leaves.
+NOTSENT_LOWAT = 16 * 1024
+# What the client (and the server's own settings) choose, as load.py's options.
+SETTINGS = {
+    "default-buffers": [],
+    "client-4k-window": ["--rcvbuf", SMALL_CLIENT_RCVBUF],
+    "client-4k-window-notsent-lowat": [
+        *("--rcvbuf", SMALL_CLIENT_RCVBUF),
+        *("--notsent-lowat", str(NOTSENT_LOWAT)),
+    ],
+}
+
+
 @pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
-def test_stalled_tls_downloads_of_a_large_file_hold_little(loop_name: str) -> None:
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_stalled_tls_downloads_of_a_large_file_hold_little(loop_name: str, setting: str) -> None:
     """100 TLS downloads of a 64 MiB file stalled at once, with the kernel's default
-    socket buffers: the server's RSS per connection, beyond an idle TLS connection's,
-    is at most 64 KiB.  (The clients hang up once measured, reading nothing more.)"""
+    socket buffers, or with clients that set a 4 KiB receive buffer before connecting
+    (and the server a TCP_NOTSENT_LOWAT): the server's RSS per connection, beyond an
+    idle TLS connection's, is at most 64 KiB whatever the client chose.  (The clients
+    hang up once measured, reading nothing more.)  Under the low mark, the socket
+    transport beneath the TLS one kept what the kernel refused, unseen by the TLS
+    transport's buffer size, which went on writing until that one paused it: 117-140 KiB."""
     stalled = ["--loop", loop_name, "--transport", "tls", "-n", str(CONNECTIONS)]
+    stalled += SETTINGS[setting]
     idle = run_load(*stalled, "--mode", "idle")
     sends = run_load(*stalled, "--mode", "download", "--sizes", "64M", "--abort")
     assert sends["client_failure_count"] == 0, sends["client_failures"]
@@ -79,6 +103,40 @@ def test_stalled_tls_downloads_of_a_large_file_hold_little(loop_name: str) -> No
         "the sends were not all in progress: the test measures nothing"
     )
     assert sends["after"]["fds"] == sends["before"]["fds"]
+
+
+def kernel_took(sock: socket.socket) -> int:
+    """Bytes the kernel has taken on a TCP socket: those it holds, and those acknowledged."""
+    queued = int.from_bytes(fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, bytes(4)), "little")
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 128)
+    acked: int = struct.unpack_from("=Q", info, 120)[0]  # tcpi_bytes_acked
+    return queued + acked
+
+
+async def test_tls_send_stalled_under_notsent_lowat_hands_the_kernel_everything(
+    stalled_connection: Callable[..., Any],
+    stalled_send: Callable[..., Any],
+    make_file: Callable[..., Path],
+) -> None:
+    """A peer with a 4 KiB receive buffer, our socket with a TCP_NOTSENT_LOWAT: the
+    kernel refuses writes that SO_SNDBUF has room for.  Once the send is stalled, the
+    kernel has taken every byte handed to the TLS transport (the ciphertext is larger):
+    none waits in the transports, whatever they show.  Before, ~110 KB waited in the
+    socket transport under the TLS one and in the TLS layer."""
+    path = make_file(64 * 1024 * 1024)
+    conn: Connection = await stalled_connection("tls", "transport", sndbuf=None, peer_rcvbuf=4096)
+    sock = conn.transport.get_extra_info("socket")
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, NOTSENT_LOWAT)
+    before = kernel_took(sock)
+    measuring = Measuring(conn.transport)
+    try:
+        await stalled_send(conn, path, writer=measuring)
+        handed = sum(n for n, _, _ in measuring.writes)
+        took = kernel_took(sock) - before
+    finally:
+        measuring.close_probe()
+    assert handed > 0
+    assert took >= handed, f"{handed - took} bytes handed over are still in the process"
 
 
 async def test_tls_send_stalled_with_default_buffers_leaves_nothing_in_the_transports(

@@ -21,6 +21,13 @@ stalled send holds is held a thousand times.  So:
   that small; a chunk's pieces stop as soon as the transport holds bytes, and
   before the send waits, what the transport did not take is dropped and read
   again later (a regular file; a pipe's rest waits in the chunk);
+- the kernel may refuse bytes SO_SNDBUF has room for (past TCP_NOTSENT_LOWAT,
+  under TCP memory pressure): under a TLS transport they would wait in the
+  socket transport beneath, which the TLS transport's buffer size does not
+  count, while the TLS layer went on writing until that one paused it.  So the
+  room is capped by the low mark, and after each piece over TCP the socket's
+  counters say whether the kernel took it; if not, the pieces stop and the send
+  waits until the kernel has taken all it was handed;
 - regular files' cached chunks are read into one buffer per send, an anonymous
   mapping refilled while the transport keeps nothing and let go before every
   wait (chunks.py): no fresh object per chunk, no heap left holed.
@@ -74,6 +81,19 @@ _SO_MEMINFO = getattr(socket, "SO_MEMINFO", 55)
 _MEMINFO_FORMAT = "=9I"
 _MEMINFO_SIZE = struct.calcsize(_MEMINFO_FORMAT)
 _WMEM_ALLOC, _SNDBUF, _WMEM_QUEUED = 2, 3, 5
+# getsockopt(IPPROTO_TCP, TCP_INFO): struct tcp_info's tcpi_bytes_acked (Linux >= 4.1),
+# a u64 (what the kernel has taken is that plus SIOCOUTQ), and tcpi_notsent_bytes
+# (Linux >= 4.6), a u32, at these offsets.
+_TCP_INFO_SIZE = 148
+_BYTES_ACKED_AT = 120
+_NOTSENT_AT = 144
+# TCP_NOTSENT_LOWAT (Linux >= 3.12): the kernel takes no more once this much is unsent,
+# whatever room SO_SNDBUF leaves; a socket's 0 means the system's default, whose
+# "no limit" is UINT_MAX.
+_TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
+_NOTSENT_LOWAT_DEFAULT = "/proc/sys/net/ipv4/tcp_notsent_lowat"
+_NO_LIMIT = 2**32 - 1
+_default_notsent_lowat: int | None = None
 # Writes between two looks at whether the peer hung up: fewer than the writes
 # asyncio's transports take silently after their socket failed (they log from
 # the sixth on, "socket.send() raised exception.").
@@ -116,9 +136,14 @@ class Room:
         self._sock: socket.socket | None = _own_socket(flow.sock)
         self._poll: select.poll | None = None  # whether the socket hung up
         self._corked = False  # hold() corked the socket: push() releases it
+        # Over TLS on TCP: whether the kernel took each piece (None: not asked).
+        self._taken: _Taken | None = None
+        self._refused = False  # the kernel took less than a piece: wait for the socket
         if self._sock is not None:
             self._poll = select.poll()
             self._poll.register(self._sock.fileno(), 0)  # POLLHUP and POLLERR always come
+            if self.tls and self._sock.family in _TCP_FAMILIES:
+                self._taken = _Taken(self._sock)
 
     def hold(self) -> None:
         """Corks a TCP socket for a turn's writes (unless the application corked it):
@@ -149,6 +174,7 @@ class Room:
             self._sock.close()
             self._sock = None
             self._poll = None
+            self._taken = None
 
     def free(self) -> int | None:
         """Bytes the socket's send buffer takes now (as plaintext over TLS); None when
@@ -158,6 +184,8 @@ class Room:
             return None
         try:
             room = _room(sock)
+            if sock.family in _TCP_FAMILIES:
+                room = min(room, _unsent_room(sock))
         except OSError:
             self.close()
             return None
@@ -174,6 +202,15 @@ class Room:
             before_waiting()
             await flow.below_high_water()  # drain()'s rule; it yields to the loop
             return self.chunk_size
+        if self._refused:
+            # The transport beneath the TLS one holds what the kernel refused: it
+            # writes it when the socket is writable, in the loop iteration that wakes
+            # this wait (before the send runs again), until the kernel has it all.
+            assert self._taken is not None
+            before_waiting()
+            while not self._taken.settled():
+                await self._writable()
+            self._refused = False
         if flow.transport.get_write_buffer_size():
             before_waiting()
             await flow.until_empty()  # what the transport holds goes first
@@ -197,12 +234,17 @@ class Room:
         of at most write_size; returns how many bytes were handed over.
 
         Sized to the socket's room, the pieces go straight to the kernel.  When the
-        estimate is wrong (TCP memory short), the transport under a TLS one keeps the
-        excess until its own high-water mark pauses the TLS layer, whose buffer then
-        shows it: the writing stops there, and waits for the transport to empty.
+        kernel takes less than the room promised (TCP_NOTSENT_LOWAT, TCP memory
+        pressure), the transport under a TLS one keeps the rest, which the TLS
+        transport's buffer size does not show (it would have shown only once that
+        transport's high-water mark paused the TLS layer, with ~100 KiB held): the
+        socket's counters show it after the piece, and the writing stops there.
         """
         transport = self.flow.transport
         watched = self._sock is not None
+        taken = self._taken
+        if taken is not None:
+            taken.start()
         done = 0
         pieces = 0
         while done < len(data):
@@ -214,6 +256,9 @@ class Room:
             pieces += 1
             if watched and transport.get_write_buffer_size():
                 break  # it holds bytes: the rest waits until it is empty
+            if taken is not None and not taken.took(len(piece)):
+                self._refused = True
+                break  # the transport beneath holds bytes: wait for the socket
         return done
 
     def _check_peer(self) -> None:
@@ -248,6 +293,88 @@ class Room:
             await self.flow.wait_for(ready)
         finally:
             self._loop.remove_writer(fd)
+
+
+class _Taken:
+    """Whether the kernel took whole what a TLS transport was just handed, from the
+    TCP socket's own counters: the bytes it holds (SIOCOUTQ) plus those the peer
+    acknowledged (tcpi_bytes_acked) grow by what it took, TLS records' overhead
+    included, so by at least the plaintext written when it took all of it.
+
+    Counters read in two calls can be off by what an ACK moves between them: the
+    reads are ordered so that this only ever says "took" too readily, never a
+    false "refused".  A stalled peer sends no ACKs, and there it is exact.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._queued = 0  # SIOCOUTQ after the last piece
+        self._total = 0  # queued + acknowledged at start(), taken low
+        self._written = 0  # plaintext written since start()
+
+    def start(self) -> None:
+        """Before a chunk's pieces: notes the counters."""
+        try:
+            acked = _bytes_acked(self._sock)  # first: an ACK in between lowers the sum
+            self._queued = _queued(self._sock)
+        except OSError:
+            acked = self._queued = 0  # cannot tell: took() will say "took"
+        self._total = acked + self._queued
+        self._written = 0
+
+    def took(self, nbytes: int) -> bool:
+        """After a piece of `nbytes`: whether the kernel took all of it (and all before)."""
+        self._written += nbytes
+        try:
+            queued = _queued(self._sock)
+        except OSError:
+            return True  # cannot tell: the flow control of the transports paces it
+        grew, self._queued = queued - self._queued, queued
+        # ACKs only lower SIOCOUTQ: growing by the piece, it took at least the piece.
+        return grew >= nbytes or self.settled()
+
+    def settled(self) -> bool:
+        """Whether the kernel has taken all that was written since start()."""
+        try:
+            queued = _queued(self._sock)
+            total = queued + _bytes_acked(self._sock)  # last: an ACK in between raises it
+        except OSError:
+            return True
+        return total - self._total >= self._written
+
+
+def _unsent_room(sock: socket.socket) -> int:
+    """Bytes a TCP socket takes before its TCP_NOTSENT_LOWAT refuses more (a large
+    number when it sets no limit).  Beyond that the kernel refuses writes that
+    SO_SNDBUF has room for, and with a small peer window nothing sent leaves."""
+    global _default_notsent_lowat
+    lowat = sock.getsockopt(socket.IPPROTO_TCP, _TCP_NOTSENT_LOWAT) & _NO_LIMIT
+    if not lowat:
+        if _default_notsent_lowat is None:
+            try:
+                with open(_NOTSENT_LOWAT_DEFAULT) as default:
+                    _default_notsent_lowat = int(default.read())
+            except (OSError, ValueError):
+                _default_notsent_lowat = _NO_LIMIT
+        lowat = _default_notsent_lowat
+    if lowat >= _NO_LIMIT:
+        return _NO_LIMIT
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_SIZE)
+    if len(info) < _NOTSENT_AT + 4:
+        return _NO_LIMIT  # a kernel older than 4.6: the refused bytes are caught after
+    notsent: int = struct.unpack_from("=I", info, _NOTSENT_AT)[0]
+    return max(lowat - notsent, 0)
+
+
+def _bytes_acked(sock: socket.socket) -> int:
+    """Bytes the TCP peer has acknowledged since the connection began."""
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_SIZE)
+    if len(info) < _BYTES_ACKED_AT + 8:
+        # A kernel older than 4.1: SIOCOUTQ alone falls as the peer acknowledges,
+        # and _Taken, unable to tell, says "took".
+        raise OSError(errno.ENOPROTOOPT, "TCP_INFO: no tcpi_bytes_acked")
+    acked: int = struct.unpack_from("=Q", info, _BYTES_ACKED_AT)[0]
+    return acked
 
 
 def _own_socket(sock: Any) -> socket.socket | None:

@@ -269,6 +269,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         env = dict(os.environ)
         if args.sndbuf:
             env["AIOSENDFILE_LOAD_SNDBUF"] = str(parse_size(args.sndbuf))
+        if args.notsent_lowat:
+            env["AIOSENDFILE_LOAD_NOTSENT_LOWAT"] = str(parse_size(args.notsent_lowat))
         if args.chunk_size:
             env["AIOSENDFILE_LOAD_CHUNK_SIZE"] = str(parse_size(args.chunk_size))
         process = await asyncio.create_subprocess_exec(
@@ -352,6 +354,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "chunk_size": args.chunk_size,
             "rcvbuf": args.rcvbuf,
             "sndbuf": args.sndbuf,
+            "notsent_lowat": args.notsent_lowat,
             "nofile": nofile,
             "bytes": moved,  # in the measured round
             "seconds": round(elapsed, 2),
@@ -391,6 +394,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         help="the clients' SO_RCVBUF (K/M suffixes): slow clients' small window",
     )
     parser.add_argument("--sndbuf", default="", help="the server's SO_SNDBUF per connection")
+    parser.add_argument(
+        "--notsent-lowat",
+        default="",
+        help="the server's TCP_NOTSENT_LOWAT per connection: the kernel refuses writes "
+        "once that much is unsent, with room left in SO_SNDBUF",
+    )
     parser.add_argument(
         "--rounds", type=int, default=1, help="rounds on the same server (the first is measured)"
     )

@@ -33,6 +33,8 @@ import aiosendfile
 from aiosendfile._receiving.zerocopy import PIPES
 
 SNDBUF = int(os.environ.get("AIOSENDFILE_LOAD_SNDBUF", "0"))
+NOTSENT_LOWAT = int(os.environ.get("AIOSENDFILE_LOAD_NOTSENT_LOWAT", "0"))
+TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)  # Linux >= 3.12
 errors: list[str] = []
 handlers: set[asyncio.Task[Any]] = set()
 
@@ -58,6 +60,9 @@ async def handle(
         if SNDBUF:
             sock = writer.get_extra_info("socket")
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF)
+        if NOTSENT_LOWAT:
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT)
         line = await reader.readline()
         words = line.split()
         if not words or words[0] == b"I":
