@@ -25,8 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and args[0] in ("bench", "lag"):
         from .bench.cli import main as bench
 
-        options = args[1:] if args[0] == "bench" else ["--workloads", "lag", *args[1:]]
-        return bench(options, prog="python -m aiosendfile bench")
+        return bench(args[1:], prog=f"python -m aiosendfile {args[0]}", lag=args[0] == "lag")
     if args and args[0] == "serve":
         from .serve import main as serve
 

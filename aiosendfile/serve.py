@@ -7,9 +7,11 @@ Files are opened beneath the directory: a symlink out of it, or any symlink
 swapped in while a request is under way, is refused (404), unless
 --follow-symlinks asks for symlinks out of the directory to be served.  One
 access-log line per request says the status, the bytes written (headers
-included, as aiohttp's `%b`) and the path the body took.  Ctrl-C or SIGTERM
-stops it: the listening socket closes, requests under way are given a moment to
-end.
+included, as aiohttp's `%b`) and the path the body took; a request the client
+garbled (a bad request line, a header too long) gets that line and nothing more.
+Ctrl-C or SIGTERM stops it: the listening socket closes, requests under way get
+GRACE seconds to end, then their connections are closed, each download cut logged
+with the bytes that went (a second Ctrl-C cuts at once).
 
 Needs aiohttp (`pip install 'aiosendfile[aiohttp]'`); imported only when named.
 """
@@ -28,6 +30,7 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
+from aiohttp.http_exceptions import HttpProcessingError
 
 from . import _core, loops
 from .aiohttp import add_static
@@ -35,8 +38,27 @@ from .aiohttp import add_static
 log = logging.getLogger("aiosendfile.serve")
 
 # Seconds requests under way get to finish once asked to stop (aiohttp's default is 60:
-# too long for a command someone stops with Ctrl-C).
-SHUTDOWN_TIMEOUT = 2.0
+# too long for a command someone stops with Ctrl-C); then their connections are closed.
+GRACE = 2.0
+# Seconds a request whose connection was closed gets to notice it (a send() sees its
+# transport go at its next step) before it is cancelled.
+AFTER_CUT = 0.5
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+
+
+def port_number(text: str) -> int:
+    """argparse type: a TCP port, 0 to 65535 (0: one the system picks)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    # Checked here: uvloop wraps a port past 65535 (99999 listens on 34463), asyncio
+    # raises OverflowError from bind().
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port: 0 to 65535 (0: a free one)")
+    return port
 
 
 def parse_arguments(argv: Sequence[str], prog: str) -> argparse.Namespace:
@@ -49,8 +71,15 @@ def parse_arguments(argv: Sequence[str], prog: str) -> argparse.Namespace:
     parser.add_argument(
         "directory", nargs="?", default=os.curdir, help="what to serve (default: here)"
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    parser.add_argument(
+        "--host", default=DEFAULT_HOST, help="address to listen on (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--port",
+        type=port_number,
+        default=DEFAULT_PORT,
+        help="port to listen on, 0 to 65535 (default: %(default)s; 0 picks a free port)",
+    )
     parser.add_argument(
         "--loop",
         choices=("uvloop", "asyncio"),
@@ -98,10 +127,74 @@ class AccessLogger(AbstractAccessLogger):
         )  # fmt: skip
 
 
-def make_app(directory: str | os.PathLike[str], follow_symlinks: bool = False) -> web.Application:
-    app = web.Application()
+def make_app(
+    directory: str | os.PathLike[str],
+    follow_symlinks: bool = False,
+    middlewares: Sequence[Any] = (),
+) -> web.Application:
+    app = web.Application(middlewares=middlewares)
     add_static(app.router, "/", directory, show_index=True, follow_symlinks=follow_symlinks)
     return app
+
+
+class QuietBadRequests(logging.Filter):
+    """Drops aiohttp's "Error handling request" traceback for a request it could not
+    parse (a bad request line, a NUL in the path, a header line too long): a client
+    can send that at will, and it is answered 400 and logged in one access-log line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, HttpProcessingError)
+
+
+class Underway:
+    """The requests under way, by the task that runs each (aiohttp runs a request, its
+    handler and the sending of its response, in a task of its own): what a stop waits
+    for, then cuts."""
+
+    def __init__(self) -> None:
+        self.requests: dict[asyncio.Task[Any], web.BaseRequest] = {}
+
+        @web.middleware
+        async def track(request: web.Request, handler: Any) -> web.StreamResponse:
+            task = asyncio.current_task()
+            if task is not None and task not in self.requests:
+                self.requests[task] = request
+                task.add_done_callback(self._ended)
+            return await handler(request)  # type: ignore[no-any-return]
+
+        self.middleware = track
+
+    def _ended(self, task: asyncio.Task[Any]) -> None:
+        self.requests.pop(task, None)
+
+    def cut(self) -> None:
+        """Closes the connections of the requests under way: a send() under way ends
+        with a ConnectionError at its next step, and aiohttp logs the response with
+        the bytes that went, as for a client that left."""
+        for request in self.requests.values():
+            transport = request.transport
+            if transport is not None:
+                transport.abort()  # close() would wait for a slow client to take the rest
+
+    async def stop(self, runner: web.AppRunner) -> None:
+        """Stops listening, closes idle connections, gives the requests under way GRACE
+        seconds to end, then cuts them (and cancels what ignores the cut)."""
+        for site in list(runner.sites):
+            await site.stop()
+        if runner.server is not None:
+            for connection in runner.server.connections:
+                connection.close()  # now if idle, else once its request is answered
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + GRACE
+        while self.requests and (left := deadline - loop.time()) > 0:
+            await asyncio.wait(list(self.requests), timeout=left)
+        if not self.requests:
+            return
+        self.cut()
+        _, late = await asyncio.wait(list(self.requests), timeout=AFTER_CUT)
+        for task in late:
+            task.cancel()
 
 
 class CannotServe(Exception):
@@ -118,7 +211,7 @@ def _reason(exc: OSError) -> str:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    """Serves until cancelled (Ctrl-C) or SIGTERM."""
+    """Serves until Ctrl-C or SIGTERM, then stops (see Underway.stop)."""
     tls = None
     if args.tls_cert:
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -126,16 +219,26 @@ async def serve(args: argparse.Namespace) -> None:
             tls.load_cert_chain(args.tls_cert, args.tls_key)
         except OSError as exc:  # ssl.SSLError is one
             raise CannotServe(f"cannot load the TLS certificate and key: {_reason(exc)}") from exc
+    underway = Underway()
     runner = web.AppRunner(
-        make_app(args.directory, args.follow_symlinks),
+        make_app(args.directory, args.follow_symlinks, [underway.middleware]),
         access_log_class=AccessLogger,
-        handle_signals=False,  # the Runner turns Ctrl-C into a cancellation; SIGTERM below
-        shutdown_timeout=SHUTDOWN_TIMEOUT,
+        handle_signals=False,  # both signals below, the same way
+        # What aiohttp's own shutdown waits for once Underway.stop() is done: only
+        # connections with no request yet (a request line still coming).
+        shutdown_timeout=AFTER_CUT,
     )
     await runner.setup()
-    stop = asyncio.Event()
+    stopping = asyncio.Event()
+
+    def on_signal() -> None:
+        if stopping.is_set():
+            underway.cut()  # asked again: no more waiting
+        stopping.set()
+
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    for signum in SIGNALS:
+        loop.add_signal_handler(signum, on_signal)
     try:
         site = web.TCPSite(runner, args.host, args.port, ssl_context=tls)
         try:
@@ -149,22 +252,29 @@ async def serve(args: argparse.Namespace) -> None:
                 f"(loop {args.loop}, core {_core.active.name})",
                 flush=True,
             )
-        await stop.wait()
+        await stopping.wait()
+        await underway.stop(runner)
     finally:
-        loop.remove_signal_handler(signal.SIGTERM)
+        for signum in SIGNALS:
+            loop.remove_signal_handler(signum)
         await runner.cleanup()
+
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def main(argv: Sequence[str], prog: str = "python -m aiosendfile serve") -> int:
     args = parse_arguments(argv, prog)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("aiohttp.server").addFilter(QuietBadRequests())
     loop_factory: Any = loops.UVLoop if args.loop == "uvloop" else loops.SelectorEventLoop
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(serve(args))
     except KeyboardInterrupt:
-        print("Stopped.", file=sys.stderr)
+        pass  # Ctrl-C before serve() took the signal over: nothing was served yet
     except CannotServe as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
+    print("Stopped.", file=sys.stderr)
     return 0

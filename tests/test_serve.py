@@ -8,6 +8,7 @@ reads its access log.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import http.client
 import importlib.metadata
 import os
@@ -15,6 +16,7 @@ import select
 import shutil
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -163,17 +165,37 @@ def test_serve_files_ranges_listing_and_log(
     assert full.split(" 200 ")[1].split()[1] in ("zerocopy", "quick"), full
 
 
-def test_serve_tls_and_sigterm(
-    served: Path, server_factory: list[Server], tmp_path: Path, tls_ca: trustme.CA
-) -> None:
+@dataclass
+class TlsFiles:
+    chain: Path
+    key: Path
+    ca: Path
+
+    def options(self) -> list[str]:
+        return ["--tls-cert", str(self.chain), "--tls-key", str(self.key)]
+
+    def client_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca))
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path, tls_ca: trustme.CA) -> TlsFiles:
+    """The server's certificate chain and key, and the CA that issued it, as files."""
     cert = tls_ca.issue_cert("127.0.0.1")
-    chain, key, ca = tmp_path / "chain.pem", tmp_path / "key.pem", tmp_path / "ca.pem"
-    cert.private_key_pem.write_to_path(str(key))
-    with chain.open("wb") as f:
+    files = TlsFiles(tmp_path / "chain.pem", tmp_path / "key.pem", tmp_path / "ca.pem")
+    cert.private_key_pem.write_to_path(str(files.key))
+    with files.chain.open("wb") as f:
         for blob in cert.cert_chain_pems:
             f.write(blob.bytes())
-    tls_ca.cert_pem.write_to_path(str(ca))
-    server = start_server(served, "--tls-cert", str(chain), "--tls-key", str(key))
+    tls_ca.cert_pem.write_to_path(str(files.ca))
+    return files
+
+
+def test_serve_tls_and_sigterm(
+    served: Path, server_factory: list[Server], tls_files: TlsFiles
+) -> None:
+    ca = tls_files.ca
+    server = start_server(served, *tls_files.options())
     server_factory.append(server)
     assert server.url.startswith("https://")
 
@@ -205,32 +227,58 @@ def test_serve_client_gone_midway_others_go_on(served: Path, server_factory: lis
     assert code == 0 and "Traceback" not in log and "Error" not in log, log
 
 
+def run_command(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m aiosendfile ARGS` run to its end: its exit status, stdout, stderr."""
+    return subprocess.run(
+        [sys.executable, "-m", "aiosendfile", *args],
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT,
+        env=env_importing_this_package(),
+    )
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 @pytest.mark.parametrize(
     "options, message",
     [
         (["--tls-cert", "c.pem"], "--tls-cert and --tls-key go together"),
-        (["--port", "x"], "invalid int value"),
+        (["--port", "x"], "argument --port: not a port number: 'x'"),
+        # uvloop listened on 34463 (99999 - 65536), and a random port for 65536;
+        # asyncio printed a 25-line OverflowError traceback.
+        (["--port", "99999"], "argument --port: 99999 is not a port: 0 to 65535 (0: a free one)"),
+        (["--port", "65536"], "argument --port: 65536 is not a port: 0 to 65535 (0: a free one)"),
+        (["--port", "-1"], "argument --port: -1 is not a port: 0 to 65535 (0: a free one)"),
     ],
 )
-def test_serve_bad_arguments(served: Path, options: list[str], message: str) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "aiosendfile", "serve", str(served), *options],
-        capture_output=True,
-        text=True,
-        timeout=START_TIMEOUT,
-        env=env_importing_this_package(),
-    )
-    assert out.returncode == 2 and message in out.stderr, out.stderr
+def test_serve_bad_arguments(served: Path, options: list[str], message: str, loop: str) -> None:
+    """argparse's usage line, then one line saying what is wrong; exit status 2."""
+    out = run_command("serve", str(served), "--loop", loop, *options)
+    assert out.returncode == 2 and out.stdout == "", out
+    *usage, error = out.stderr.splitlines()  # argparse wraps the usage to the terminal
+    assert usage[0].startswith("usage: python -m aiosendfile serve "), out.stderr
+    assert error == f"python -m aiosendfile serve: error: {message}", out.stderr
+
+
+def test_serve_help_says_the_defaults() -> None:
+    out = run_command("serve", "--help")
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())  # argparse wraps to the terminal's width
+    assert "address to listen on (default: 127.0.0.1)" in text, out.stdout
+    assert "0 to 65535 (default: 8000; 0 picks a free port)" in text, out.stdout
+
+
+def test_lag_help_is_lags_own() -> None:
+    """`python -m aiosendfile lag --help` describes lag (it printed bench's usage)."""
+    out = run_command("lag", "--help")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("usage: python -m aiosendfile lag "), out.stdout
+    assert "--lag-clients" in out.stdout, out.stdout
+    assert "--workloads NAMES" not in out.stdout and "--conn-size" not in out.stdout, out.stdout
 
 
 def test_serve_not_a_directory(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "aiosendfile", "serve", str(tmp_path / "nope")],
-        capture_output=True,
-        text=True,
-        timeout=START_TIMEOUT,
-        env=env_importing_this_package(),
-    )
+    out = run_command("serve", str(tmp_path / "nope"))
     assert out.returncode == 2 and "not a directory" in out.stderr, out.stderr
 
 
@@ -304,18 +352,41 @@ def test_serve_log_without_a_body_and_after_an_abort(
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_serve_if_range_of_another_file_gets_it_whole(
+    served: Path, server_factory: list[Server], loop: str
+) -> None:
+    """`curl -r 0-9 -H 'If-Range: "stale"'` gets the whole file (200), not a range of
+    a file other than the client's (aiohttp answers 206); the file's own ETag, 206."""
+    big = served / "big.bin"
+    old = time.time() - 3600
+    os.utime(big, (old, old))  # not changed within the last second: its date is strong
+    data = big.read_bytes()
+    server = start_server(served, "--loop", loop)
+    server_factory.append(server)
+    url = f"{server.url}big.bin"
+    head = curl("--head", url).stdout.decode()
+    fields = (line.split(": ", 1) for line in head.splitlines()[1:] if line)
+    headers = {name.lower(): value for name, value in fields}
+    etag, last_modified = headers["etag"], headers["last-modified"]
+    for if_range, status, body in [
+        ('"stale"', 200, data),
+        (f"W/{etag}", 200, data),
+        (etag, 206, data[:10]),
+        (last_modified, 206, data[:10]),
+    ]:
+        out = curl("-r", "0-9", "-H", f"If-Range: {if_range}", "-w", "\n%{http_code}", url)
+        assert out.stdout.rsplit(b"\n", 1) == [body, str(status).encode()], if_range
+    code, log = server.stop()
+    assert code == 0, log
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_serve_port_in_use(served: Path, loop: str) -> None:
     """One line naming the cause, a non-zero exit status, no traceback."""
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
         options = ["--port", str(port), "--loop", loop]
-        out = subprocess.run(
-            [sys.executable, "-m", "aiosendfile", "serve", str(served), *options],
-            capture_output=True,
-            text=True,
-            timeout=START_TIMEOUT,
-            env=env_importing_this_package(),
-        )
+        out = run_command("serve", str(served), *options)
     assert out.returncode != 0
     assert out.stdout == "", out.stdout
     [line] = out.stderr.splitlines()
@@ -410,3 +481,187 @@ def test_serve_follow_symlinks_serves_links_out(served: Path, server_factory: li
     assert status_of(f"{server.url}../secret.txt", "--path-as-is") in (403, 404)
     code, log = server.stop()
     assert code == 0, log
+
+
+# --- what a client sends: one log line at most ---
+
+# (name, the bytes a client sends on a connection of its own, the log lines it may get:
+# one per request).  aiohttp answers each 400 and logged "Error handling request" and a
+# 10-12 line traceback after the access-log line.
+GARBLED = [
+    ("dot-dot-slashes", b"GET ..%2f..%2fetc%2fpasswd HTTP/1.1\r\nHost: x\r\n\r\n", 1),
+    ("http-9.9", b"GET / HTTP/9.9\r\nHost: x\r\n\r\n", 1),
+    ("70k-header-line", b"GET / HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 70_000 + b"\r\n\r\n", 1),
+    ("nul-in-path", b"GET /a\x00b HTTP/1.1\r\nHost: x\r\n\r\n", 1),
+    ("encoded-nul", b"GET /a%00b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 1),
+    ("not-utf8", b"GET /\xff\xfe HTTP/1.1\r\nHost: x\r\n\r\n", 1),
+    ("bad-content-length", b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: x\r\n\r\n", 1),
+    ("bad-chunk", b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n\r\n", 1),
+    ("binary", bytes(range(256)) * 4, 1),
+    # Not the connection's first request: aiohttp logs that one at ERROR level too.
+    (
+        "binary-after-a-request",
+        b"GET /sub/small.txt HTTP/1.1\r\nHost: x\r\n\r\n\x16\x03\x01\x02\x00" + bytes(200),
+        2,
+    ),
+    ("reset-mid-line", b"GET /sub/sma", 1),
+]
+
+
+def open_connection(url: str, tls: ssl.SSLContext | None, rcvbuf: int = 0) -> socket.socket:
+    """A client socket to the server at `url` (TLS with `tls`); `rcvbuf` set before
+    connecting (set after, loopback TCP crawls)."""
+    host, port = url.split("//", 1)[1].rstrip("/").rsplit(":", 1)
+    sock = socket.socket()
+    try:
+        if rcvbuf:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        sock.settimeout(CURL_TIMEOUT)
+        sock.connect((host, int(port)))
+        if tls is not None:
+            sock = tls.wrap_socket(sock, server_hostname=host)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def read_to_eof(sock: socket.socket) -> bytes:
+    """What the server sends until it closes the connection (or resets it)."""
+    got = []
+    try:
+        while chunk := sock.recv(1 << 16):
+            got.append(chunk)
+    except (ConnectionResetError, ssl.SSLError):
+        pass
+    except TimeoutError:
+        raise AssertionError(f"the server kept the connection open: {got!r:.300}") from None
+    return b"".join(got)
+
+
+@pytest.mark.parametrize("transport", ["tcp", "tls"])
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_serve_garbled_requests_get_one_log_line_each(
+    served: Path, server_factory: list[Server], tls_files: TlsFiles, loop: str, transport: str
+) -> None:
+    """Each of GARBLED on a connection of its own (read until the server closes it),
+    then a request of /mark-NAME: between two marks, one access-log line per request
+    at most, no traceback."""
+    tls = tls_files.client_context() if transport == "tls" else None
+    options = tls_files.options() if tls else []
+    server = start_server(served, "--loop", loop, *options)
+    server_factory.append(server)
+    for name, data, _ in GARBLED:
+        with open_connection(server.url, tls) as sock:
+            sock.sendall(data)
+            if name.startswith("reset"):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            else:
+                reply = read_to_eof(sock)
+                assert reply.split(b" ", 2)[1][:1] == b"4", (name, reply[:200])
+        with open_connection(server.url, tls) as sock:
+            sock.sendall(
+                f"GET /mark-{name} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
+            )
+            assert b" 404 " in read_to_eof(sock)
+    if tls:
+        with open_connection(server.url, None) as sock:  # HTTP on the HTTPS port
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            read_to_eof(sock)
+    code, log = server.stop()
+    assert code == 0, log
+    lines = log.splitlines()
+    assert lines[-1] == "Stopped.", log
+    marks = [i for i, line in enumerate(lines) if '"GET /mark-' in line]
+    assert len(marks) == len(GARBLED), log
+    start = 0
+    for (name, _, allowed), mark in zip(GARBLED, marks, strict=True):
+        assert f"/mark-{name} " in lines[mark], log
+        said = lines[start:mark]
+        assert len(said) <= allowed, f"{name}: {said}"
+        start = mark + 1
+    assert lines[start:-1] == [], log  # HTTP on the HTTPS port: nothing
+
+
+# --- stopping: the documented grace, then a log line per download cut ---
+
+GRACE = 2.0  # seconds, as docs/integrations/serve.md says
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("transport", ["tcp", "tls"])
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_serve_stops_within_the_grace(
+    served: Path,
+    server_factory: list[Server],
+    tls_files: TlsFiles,
+    loop: str,
+    transport: str,
+    how: signal.Signals,
+) -> None:
+    """Two slow downloads of a large file, one of a smaller file whose client reads
+    only once the signal is sent, and an idle keep-alive connection: the smaller
+    download ends whole within the grace, the slow ones are cut when it is over (each
+    logged with the bytes that went), and the server is gone soon after, "Stopped."
+    its last line, for either signal.  (It took 4.1-4.5 s, logged no line for a cut
+    download, and said "Stopped." for SIGINT only.)"""
+    size = 32 * MiB
+    (served / "huge.bin").write_bytes(pattern(size, seed=6))
+    big = (served / "big.bin").read_bytes()
+    tls = tls_files.client_context() if transport == "tls" else None
+    options = tls_files.options() if tls else []
+    server = start_server(served, "--loop", loop, *options)
+    server_factory.append(server)
+    with contextlib.ExitStack() as stack:
+
+        def connection(path: str, rcvbuf: int = 0) -> socket.socket:
+            sock = stack.enter_context(open_connection(server.url, tls, rcvbuf))
+            sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            return sock
+
+        slow = [connection("/huge.bin", rcvbuf=16 * 1024) for _ in range(2)]
+        received = [len(sock.recv(1 << 16)) for sock in slow]  # under way
+        idle, answer = connection("/sub/small.txt"), b""
+        while not answer.endswith(b"small\n"):  # TLS: the body may come in a record of its own
+            answer += idle.recv(1 << 16)
+        late = connection("/big.bin")  # read only once the signal is sent
+        time.sleep(0.2)
+
+        def trickle(i: int) -> None:
+            """Reads a little now and then, until the server closes the connection."""
+            try:
+                while chunk := slow[i].recv(4096):
+                    received[i] += len(chunk)
+                    time.sleep(0.05)
+            except OSError:  # reset (ssl.SSLError is one), or closed by a failing test
+                pass
+
+        readers = [threading.Thread(target=trickle, args=(i,)) for i in range(2)]
+        start = time.monotonic()
+        server.process.send_signal(how)
+        for reader in readers:
+            reader.start()
+        try:
+            whole = read_to_eof(late)
+            server.process.wait(timeout=STOP_TIMEOUT)
+            took = time.monotonic() - start
+        finally:
+            for sock in slow:
+                with contextlib.suppress(OSError):  # their readers return, if still reading
+                    sock.shutdown(socket.SHUT_RDWR)
+            for reader in readers:
+                reader.join(STOP_TIMEOUT)
+    code, log = server.stop()  # gone already: its exit status and log
+    assert code == 0, log
+    assert whole.split(b"\r\n\r\n", 1)[1] == big
+    assert GRACE - 0.1 < took < GRACE + 1.5, (took, log)
+    lines = log.splitlines()
+    assert lines[-1] == "Stopped." and "Traceback" not in log and "Error" not in log, log
+    cut = log_lines(log, "GET /huge.bin")
+    assert len(cut) == 2, log
+    for fields, got in zip(sorted(cut, key=lambda f: int(f[1])), sorted(received), strict=True):
+        status, sent, path, _ = fields
+        assert status == "200" and path == ("buffered" if tls else "zerocopy"), fields
+        assert got <= int(sent) < size, (got, fields)
+    [fields] = log_lines(log, "GET /big.bin")
+    assert fields[0] == "200" and int(fields[1]) > len(big), fields

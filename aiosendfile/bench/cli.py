@@ -115,10 +115,25 @@ def positive(text: str) -> int:
     return value
 
 
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+LAG_DESCRIPTION = (
+    "Measure the event loop's lag while cold and hot files download (aiosendfile against "
+    "asyncio's loop.sendfile and buffered writes): the same as python -m aiosendfile bench "
+    "--workloads lag. Prints a Markdown table."
+)
+
+
+def build_parser(prog: str | None = None, lag: bool = False) -> argparse.ArgumentParser:
+    """bench's command line; with `lag`, lag's: the lag workload only, and the options
+    that concern other workloads hidden."""
+
+    def unless_lag(text: str) -> str:
+        return argparse.SUPPRESS if lag else text
+
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="Measure aiosendfile against what you would use instead (asyncio's "
+        description=LAG_DESCRIPTION
+        if lag
+        else "Measure aiosendfile against what you would use instead (asyncio's "
         "loop.sendfile, 256 KiB buffered writes, a read-and-write upload loop, aiofiles), "
         "against nginx where it is installed, and against the machine's limit (the fastest "
         "blocking sendfile(2) loop), over 127.0.0.1: a "
@@ -133,11 +148,18 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     sizes.add_argument(
         "--quick",
         action="store_true",
-        help="a smaller run, once: --size 256M --runs 1 --requests 500 --conn-size 2M "
-        "--lag-clients 10 --lag-size 8M --upload-size 256M (options given explicitly still win)",
+        help="a smaller run, once: "
+        + ("" if lag else "--size 256M ")
+        + "--runs 1 "
+        + ("" if lag else "--requests 500 --conn-size 2M ")
+        + "--lag-clients 10 --lag-size 8M "
+        + ("" if lag else "--upload-size 256M ")
+        + "(options given explicitly still win)",
     )
     sizes.add_argument(
-        "--size", type=parse_size, help="the large file's size, K/M/G suffixes (default 1G)"
+        "--size",
+        type=parse_size,
+        help=unless_lag("the large file's size, K/M/G suffixes (default 1G)"),
     )
     sizes.add_argument(
         "--runs", type=positive, help="repetitions of every row, interleaved (default 5)"
@@ -145,13 +167,17 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     sizes.add_argument(
         "--requests",
         type=positive,
-        help="small files: timed responses on the one connection (default 2000)",
+        help=unless_lag("small files: timed responses on the one connection (default 2000)"),
     )
     sizes.add_argument(
-        "--connections", type=positive, help="concurrent: connections at once (default 200)"
+        "--connections",
+        type=positive,
+        help=unless_lag("concurrent: connections at once (default 200)"),
     )
     sizes.add_argument(
-        "--conn-size", type=parse_size, help="concurrent: bytes per download (default 16M)"
+        "--conn-size",
+        type=parse_size,
+        help=unless_lag("concurrent: bytes per download (default 16M)"),
     )
     sizes.add_argument(
         "--lag-clients",
@@ -178,7 +204,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     sizes.add_argument(
         "--upload-size",
         type=parse_size,
-        help="upload: bytes received into a file per run, K/M/G (default 1G)",
+        help=unless_lag("upload: bytes received into a file per run, K/M/G (default 1G)"),
     )
     choice = parser.add_argument_group("what runs")
     choice.add_argument(
@@ -189,10 +215,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     choice.add_argument(
         "--workloads",
         metavar="NAMES",
-        help="comma-separated workloads to run, with shell wildcards (default: all of "
-        + ", ".join(WORKLOAD_NAMES)
-        + "; small is small-4k and small-64k, http is http-large and http-64k; ftp, "
-        "ftp-download and ftp-upload, run only when named)",
+        help=unless_lag(
+            "comma-separated workloads to run, with shell wildcards (default: all of "
+            + ", ".join(WORKLOAD_NAMES)
+            + "; small is small-4k and small-64k, http is http-large and http-64k; ftp, "
+            "ftp-download and ftp-upload, run only when named)"
+        ),
     )
     choice.add_argument(
         "--cpu",
@@ -205,8 +233,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "--ftp-server",
         metavar="PATH",
         type=Path,
-        help="the FTP example's ftp_server.py for --workloads ftp (default: examples/ of "
-        "the checkout this aiosendfile runs from, if it runs from one)",
+        help=unless_lag(
+            "the FTP example's ftp_server.py for --workloads ftp (default: examples/ of "
+            "the checkout this aiosendfile runs from, if it runs from one)"
+        ),
     )
     choice.add_argument(
         "--dir", type=Path, help="where to create the files (default: the temporary directory)"
@@ -597,9 +627,12 @@ def _raise_exit(signum: int, frame: Any) -> NoReturn:
     raise SystemExit(128 + signum)  # SIGTERM: the finally blocks clean up
 
 
-def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str | None = None, lag: bool = False) -> int:
+    """bench; with `lag`, `python -m aiosendfile lag`: bench --workloads lag."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(prog)
+    parser = build_parser(prog, lag)
+    if lag:
+        argv = ["--workloads", "lag", *argv]  # as the command the report records
     args = parser.parse_args(argv)
     if args.list:
         list_rows()
