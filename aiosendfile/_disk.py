@@ -9,7 +9,11 @@ call shutdown_default_executor), so no read outlives it, and at most
 MAX_JOBS of ours run at once per loop, so the application's own to_thread()
 calls keep their share of its threads.  A job that has not started when its
 send ends is dropped; one that has runs to its end on a descriptor of its own
-(a dup()), so the send may close the file at once.
+(a dup()), so the send may close the file at once.  receive()'s writes run on
+the receive's own dup() of its file (FileArgument.hold_descriptor), which it
+closes only once none of its writes runs or can start (a cancelled write is
+withdrawn or waited for: _receiving/target.py), never on the application's
+number, which a file opened meanwhile may hold.
 """
 
 from __future__ import annotations

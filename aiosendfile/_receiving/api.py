@@ -122,16 +122,28 @@ async def receive(
     8. **Reading resumed.** The transport's reading is paused for the
        zero-copy path and put back as it was when the receive ends, in the
        state the `StreamReader`'s own flow control expects.
-    9. **Bad input** raises before anything is read from the connection:
-       `io.UnsupportedOperation` for a file not open for writing; `TypeError`
-       for a text-mode file, an `int`, `bytes` or any object that is not a
-       file or a path, a non-integer `count` or `offset`, a `reader` or
-       `writer` of the wrong kind; `ValueError` for a negative `count` or
-       `offset`, a closed file, an explicit `offset` on a file opened with
-       `"ab"` or that cannot seek, a `reader` and `writer` of different
-       connections; `FileNotFoundError`, `IsADirectoryError`,
-       `PermissionError` for bad paths; `RuntimeError` ("not supported") for
-       a datagram transport.
+    9. **The file stays the file.** A file with a descriptor is written
+       through the receive's own duplicate of it (`dup(2)`, made before the
+       receive first waits, its turn included), so closing the file object
+       while the receive runs (another task's timeout or cleanup) changes
+       nothing for the upload: its bytes go on into the same open file, to the
+       end, and the call returns what it wrote; no byte ever reaches a file
+       opened meanwhile under the freed descriptor number.  The position of a
+       file closed meanwhile is not set (it has none).  A pipe or socket so
+       closed stays open until the receive ends (its reader sees the end of
+       the stream then).  An object written through Python (`io.BytesIO`)
+       cannot be written once closed: the receive raises that object's
+       `ValueError`, the transport left open as after a full disk (point 4).
+    10. **Bad input** raises before anything is read from the connection:
+        `io.UnsupportedOperation` for a file not open for writing; `TypeError`
+        for a text-mode file, an `int`, `bytes` or any object that is not a
+        file or a path, a non-integer `count` or `offset`, a `reader` or
+        `writer` of the wrong kind; `ValueError` for a negative `count` or
+        `offset`, a closed file, an explicit `offset` on a file opened with
+        `"ab"` or that cannot seek, a `reader` and `writer` of different
+        connections; `FileNotFoundError`, `IsADirectoryError`,
+        `PermissionError` for bad paths; `RuntimeError` ("not supported") for
+        a datagram transport.
 
     Raises:
         IncompleteReceiveError: the peer closed before `count` bytes came.
@@ -148,6 +160,7 @@ async def receive(
         target: Target | None = opened
         opening = None
         try:
+            opened.hold_descriptor()  # before the first wait: the application may close its file
             start = opened.start(offset)  # a file given open is checked before the turn
         except BaseException:
             opened.close()

@@ -29,7 +29,9 @@ class Target(FileArgument):
     `file` is the synchronous binary file object (an aiofiles object is
     unwrapped to the file it wraps).  Bytes go to its descriptor with
     positional writes, never through the object, which only has its position
-    set at the end.
+    set at the end (unless the application closed it meanwhile).  The
+    descriptor of a file given open is the call's own dup() of it
+    (hold_descriptor(), before the first wait), closed by close().
     """
 
     def __init__(self, file: Any, owned: bool) -> None:
@@ -119,8 +121,8 @@ class Target(FileArgument):
             super().close()
 
     def set_position(self, position: int | None) -> None:
-        if position is None or not self.seekable:
-            return
+        if position is None or not self.seekable or self.file_closed:
+            return  # a file closed meanwhile has no position to set
         if not self.in_memory and call_or(self.file, "readable", False):
             # A buffered reader may hold read-ahead from before our writes, and
             # seeking within it keeps it: seeking to the end drops it.
