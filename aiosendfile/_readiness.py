@@ -1,4 +1,5 @@
-"""Driving a step from the loop's readiness events: the zero-copy engines' loop.
+"""Driving a step from the loop's readiness events: the zero-copy engines' loop,
+and watching a descriptor whose open file description is the application's.
 
 Both zero-copy engines (sendfile on writable, splice on readable) work on a
 dup() of the transport's socket that they own and close: the loop refuses a
@@ -6,13 +7,52 @@ second registration of the transport's own descriptor (asyncio and uvloop
 alike), and a dup is never a number that a closed transport gave back and
 another connection or file now holds.  `run_on_events` watches that dup and
 calls the engine's step on each event, level-triggered, until it says done.
+
+The loop must not watch a dup() of the application's pipe, terminal or
+socket, though: uvloop (libuv's uv_poll_init) sets O_NONBLOCK on every
+descriptor it is asked to watch, and O_NONBLOCK belongs to the open file
+description, which the dup shares with the application's descriptor, whose
+blocking reads and writes would then fail with EAGAIN, during the call and
+after it.  `WatchedApart` watches such a descriptor through an epoll instance
+of its own, which the loop watches instead (readable when the descriptor has
+the event) and which only it ever sees: send()'s reads of a pipe
+(_sending/ready_reads.py) and receive()'s writes into one
+(_receiving/nowait.py) both go through it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import select
 from collections.abc import Awaitable, Callable
 from typing import Literal
+
+HAVE_EPOLL = hasattr(select, "epoll")  # Linux >= 2.6
+
+
+class WatchedApart:
+    """`fd` watched for `event` through an epoll instance of its own: the loop watches
+    `fileno()` for "read" instead, and `fd`'s description is left as it is.
+
+    PermissionError (EPERM) for a descriptor epoll cannot watch (/dev/zero and
+    other devices without poll support).  Linux only (HAVE_EPOLL).
+    """
+
+    def __init__(self, fd: int, event: Literal["read", "write"]) -> None:
+        self._epoll = select.epoll(1, select.EPOLL_CLOEXEC)
+        try:
+            # Level-triggered: the instance stays readable while `fd` has the event.
+            self._epoll.register(fd, select.EPOLLIN if event == "read" else select.EPOLLOUT)
+        except BaseException:
+            self._epoll.close()
+            raise
+
+    def fileno(self) -> int:
+        return self._epoll.fileno()
+
+    def close(self) -> None:
+        self._epoll.close()
+
 
 Wait = Callable[["asyncio.Future[None]"], Awaitable[None]]
 

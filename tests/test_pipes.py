@@ -14,11 +14,14 @@ import contextlib
 import errno
 import io
 import os
+import pty
 import select
+import socket
 import subprocess
 import sys
 import threading
 import time
+import tty
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -229,10 +232,14 @@ async def test_send_pipe_bytes_the_file_object_holds_come_first(
     assert await conn.received_after_close() == held + rest
 
 
-def _write_and_close(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def _write_and_close(fd: int, data: bytes) -> None:
+    _write_all(fd, data)
     os.close(fd)
 
 
@@ -249,6 +256,51 @@ async def test_send_nonblocking_pipe_keeps_its_flags(
     _write_and_close(wfd, data)
     assert await sending == len(data)
     assert not os.get_blocking(pipe_in.fileno())
+    assert await conn.received_after_close() == data
+
+
+@contextlib.contextmanager
+def blocking_source(kind: str) -> Iterator[tuple[Any, int]]:
+    """(a file object to send from, the descriptor its bytes are fed into), blocking as
+    an application's are; all closed on the way out."""
+    with contextlib.ExitStack() as stack:
+        if kind == "pipe":
+            rfd, feed = os.pipe()
+            file: Any = open(rfd, "rb")
+        elif kind == "tty":
+            feed, slave = pty.openpty()
+            tty.setraw(slave)  # bytes as they are, no echo
+            file = open(slave, "rb", buffering=0)
+        else:
+            mine, theirs = socket.socketpair()
+            stack.callback(mine.close)
+            file = mine.makefile("rb")
+            feed = theirs.detach()
+        stack.callback(os.close, feed)
+        stack.enter_context(file)
+        yield file, feed
+
+
+@pytest.mark.parametrize("source", ["pipe", "tty", "socket"])
+@pytest.mark.parametrize("transport_kind", ["tcp", "tls"])
+async def test_send_leaves_the_source_blocking(
+    connect: Callable[..., Any], transport_kind: str, source: str
+) -> None:
+    """uvloop sets O_NONBLOCK on every descriptor it watches, and so on the open file
+    description a dup() shares with the application's descriptor: the send has its
+    dup watched apart, and the application's own reads still block during and after it."""
+    conn: Connection = await connect(transport_kind)
+    data = pattern(200_000, seed=7)
+    with blocking_source(source) as (file, feed):
+        app_fd = file.fileno()
+        assert os.get_blocking(app_fd)
+        sending = asyncio.ensure_future(aiosendfile.send(conn.writer, file, count=len(data)))
+        await asyncio.sleep(0.05)  # the send waits for the first bytes
+        assert os.get_blocking(app_fd), "the send made the application's descriptor non-blocking"
+        feeding = asyncio.get_running_loop().run_in_executor(None, _write_all, feed, data)
+        assert await asyncio.wait_for(sending, 30) == len(data)
+        await feeding
+        assert os.get_blocking(app_fd), "the send left the application's descriptor non-blocking"
     assert await conn.received_after_close() == data
 
 

@@ -24,10 +24,10 @@ descriptor of our own, without touching the application's description:
   the same file, opened again through /proc/self/fd with O_NONBLOCK.
 
 The loop must not watch a dup() of a blocking description either: uvloop
-(libuv's uv_poll_init) sets O_NONBLOCK on every descriptor it is asked to
-watch, and so on the application's description.  The socket and pipe outlets,
-whose descriptor is such a dup(), are watched through an epoll instance of
-their own (readable when the target is writable), which only it ever sees.
+sets O_NONBLOCK on every descriptor it is asked to watch, and so on the
+application's description.  The socket and pipe outlets, whose descriptor is
+such a dup(), are watched apart (_readiness.WatchedApart: an epoll instance of
+their own, readable when the target is writable).
 
 Where none of these can be had (no /proc, no splice(2), no epoll: not Linux), writes run
 in a thread of the target's own, never a disk worker: a stalled reader then
@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
-import select
 import socket
 import stat
 import threading
@@ -47,13 +46,12 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from .._errors import Action, classify
-from .._readiness import run_on_events
+from .._readiness import HAVE_EPOLL, WatchedApart, run_on_events
 
 # The flags of send(2) to a socket target: never wait, and no SIGPIPE for a
 # peer that went away (EPIPE is raised instead, as for a pipe).
 _SEND_FLAGS = socket.MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0)
 HAVE_SPLICE = hasattr(os, "splice")  # Linux >= 2.6.17; os.splice from Python 3.10
-HAVE_EPOLL = hasattr(select, "epoll")  # Linux >= 2.6
 
 
 def may_wait_forever(mode: int) -> bool:
@@ -67,23 +65,21 @@ class Outlet:
 
     write() raises BlockingIOError when the target takes nothing; the loop then
     waits for `watched_event` on `watched_fd`.  A descriptor that shares the
-    application's blocking description is watched `apart`, through an epoll
-    instance of its own.
+    application's blocking description is watched `apart` (WatchedApart).
     """
 
     def __init__(self, fd: int, *, apart: bool = False) -> None:
         self.fd = fd
         self.watched_fd = fd
         self.watched_event: Literal["read", "write"] = "write"
-        self._epoll: select.epoll | None = None
+        self._apart: WatchedApart | None = None
         if apart:
             try:
-                self._epoll = select.epoll(1, select.EPOLL_CLOEXEC)
-                self._epoll.register(fd, select.EPOLLOUT)
+                self._apart = WatchedApart(fd, "write")
             except BaseException:
                 self.close()
                 raise
-            self.watched_fd, self.watched_event = self._epoll.fileno(), "read"
+            self.watched_fd, self.watched_event = self._apart.fileno(), "read"
 
     def write(self, view: memoryview, position: int | None) -> int:
         if position is None:
@@ -91,8 +87,8 @@ class Outlet:
         return os.pwrite(self.fd, view, position)
 
     def close(self) -> None:
-        if self._epoll is not None:
-            self._epoll.close()
+        if self._apart is not None:
+            self._apart.close()
         os.close(self.fd)
 
 
@@ -105,8 +101,8 @@ class _SocketOutlet(Outlet):
         return self._sock.send(view, _SEND_FLAGS)
 
     def close(self) -> None:
-        if self._epoll is not None:
-            self._epoll.close()
+        if self._apart is not None:
+            self._apart.close()
         self._sock.close()
 
 

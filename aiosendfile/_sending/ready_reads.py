@@ -5,23 +5,37 @@ from __future__ import annotations
 import asyncio
 import os
 import select
-import stat
+
+from .._readiness import HAVE_EPOLL, WatchedApart
 
 
 class ReadyReads:
     """Reads of one descriptor, each done on the loop once the descriptor is readable.
 
-    The loop watches a dup() of the descriptor, not the descriptor itself: the
-    application may watch that one already, and both loops refuse a second
-    registration of one fd.  Every read is preceded by poll(2), so it never
+    The reads go to a dup() of the descriptor, and the loop never watches
+    either: the application may watch its own already (both loops refuse a
+    second registration of one fd), and uvloop would make the dup, and so the
+    application's descriptor with it, non-blocking (the open file description
+    is theirs in common).  The loop watches an epoll instance of ours instead
+    (_readiness.WatchedApart).  Every read is preceded by poll(2), so it never
     waits, whether the descriptor blocks or not (a FIFO with no writer yet even
     reads as end of file: poll says "not readable" until a writer comes and
-    goes).  `close()` unregisters and closes the dup, on every exit path.
+    goes).  `close()` unregisters and closes what it made, on every exit path.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        """PermissionError when epoll cannot watch `fd` (see watch())."""
         self._loop = loop
         self._fd = os.dup(fd)
+        self._apart: WatchedApart | None = None
+        try:
+            if HAVE_EPOLL:
+                self._apart = WatchedApart(self._fd, "read")
+        except BaseException:
+            os.close(self._fd)
+            raise
+        # Where epoll is missing (not Linux) the loop watches the dup itself.
+        self._watched = self._fd if self._apart is None else self._apart.fileno()
         self._poll = select.poll()  # poll(2) with a zero timeout: no descriptor of its own
         self._poll.register(self._fd, select.POLLIN)
         self._reading: asyncio.Future[bytes] | None = None  # the read waiting for readiness
@@ -32,20 +46,10 @@ class ReadyReads:
         """Reads of `fd` driven by the loop; None when epoll refuses the descriptor
         (EPERM: /dev/zero and other devices without poll support, whose poll(2)
         always says readable, so it cannot tell whether a read would wait)."""
-        reads = cls(loop, fd)
-        mode = os.fstat(reads._fd).st_mode
-        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
-            return reads  # always watchable
         try:
-            loop.add_reader(reads._fd, _nothing)
+            return cls(loop, fd)
         except PermissionError:
-            reads.close()
             return None
-        except BaseException:
-            reads.close()
-            raise
-        loop.remove_reader(reads._fd)
-        return reads
 
     def read(self, size: int) -> asyncio.Future[bytes]:
         """Up to `size` bytes as soon as there are some; b"" at the end of the stream."""
@@ -54,7 +58,7 @@ class ReadyReads:
         try:
             data = self._read_if_ready(size)
             if data is None:
-                self._loop.add_reader(self._fd, self._on_readable)
+                self._loop.add_reader(self._watched, self._on_readable)
         except Exception as exc:  # delivered to the reader, like a worker's error
             reading.set_exception(exc)
             return reading
@@ -71,6 +75,8 @@ class ReadyReads:
         if reading is not None:
             reading.cancel()
         if self._fd >= 0:
+            if self._apart is not None:
+                self._apart.close()
             os.close(self._fd)
             self._fd = -1
 
@@ -95,7 +101,7 @@ class ReadyReads:
         the dup may be closed) and hands back the read that waited, if any."""
         reading, self._reading = self._reading, None
         if reading is not None:
-            self._loop.remove_reader(self._fd)
+            self._loop.remove_reader(self._watched)
         return reading
 
     def _read_if_ready(self, size: int) -> bytes | None:
@@ -106,7 +112,3 @@ class ReadyReads:
             return os.read(self._fd, size)
         except BlockingIOError:
             return None  # a non-blocking descriptor whose bytes another reader took
-
-
-def _nothing() -> None:
-    pass
