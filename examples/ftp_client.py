@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import ftplib
+import os
 import socket
 import ssl
 import sys
@@ -57,12 +58,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             client.connect(url.hostname, url.port or 21)
             client.login(unquote(url.username or "anonymous"), unquote(url.password or ""))
             client.prot_p()
-            with open(args.output, "wb") as out:
-                client.retrbinary(f"RETR {unquote(url.path)}", out.write)
+            download(client, unquote(url.path), args.output)
     except (ftplib.Error, OSError, EOFError) as exc:
         print(f"ftp_client.py: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def download(client: ftplib.FTP, path: str, output: str) -> None:
+    """RETR `path` into `output`, opened only once the server has begun the transfer
+    (a 550 leaves no empty file), and removed if the transfer fails after all."""
+    client.voidcmd("TYPE I")
+    with client.transfercmd(f"RETR {path}") as conn:  # raises on 550, before any file
+        out = open(output, "wb")
+        try:
+            with out:
+                while data := conn.recv(64 * 1024):
+                    out.write(data)
+                if isinstance(conn, ssl.SSLSocket):
+                    conn.unwrap()  # the TLS close_notify, as retrbinary() sends it
+            conn.close()
+            client.voidresp()  # 226: the server sent it all
+        except BaseException:
+            os.unlink(output)
+            raise
 
 
 if __name__ == "__main__":

@@ -1099,6 +1099,15 @@ async def start_server(config: Config) -> FTPServer:
         raise
 
 
+def port_number(text: str) -> int:
+    """--port's type: 0 to 65535 (0: a free one).  Checked here: uvloop would listen on
+    99999 - 65536, asyncio raise OverflowError from bind()."""
+    port = number(text, 65536)
+    if port is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: 0 to 65535 (0: a free one)")
+    return port
+
+
 def parse_arguments(argv: Sequence[str]) -> tuple[Config, str]:
     parser = argparse.ArgumentParser(
         prog="ftp_server.py",
@@ -1107,7 +1116,8 @@ def parse_arguments(argv: Sequence[str]) -> tuple[Config, str]:
     add = parser.add_argument
     add("--root", required=True, help="the directory served ('/' to clients)")
     add("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    add("--port", type=int, default=2121, help="default 2121; 0 picks a free port")
+    add("--port", type=port_number, default=2121,
+        help="0 to 65535 (default 2121; 0 picks a free port)")  # fmt: skip
     add("--user", action="append", default=[], metavar="NAME:PASSWORD[:rw]",
         help="a login (repeatable); ':rw' gives it write rights")  # fmt: skip
     add("--anonymous", action="store_true", help="allow read-only anonymous logins")

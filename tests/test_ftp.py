@@ -15,6 +15,8 @@ import io
 import os
 import re
 import select
+import shlex
+import shutil
 import signal
 import socket
 import ssl
@@ -858,17 +860,97 @@ def test_stock_ftplib_and_session_reuse(
             assert download(stock, "one.bin") == pattern(MIB, seed=1)
 
 
+def run_ftp_client(
+    server: Server, tls_files: dict[str, Path], path: str, output: Path
+) -> subprocess.CompletedProcess[str]:
+    """examples/ftp_client.py downloading `path` into `output`, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, str(CLIENT), "--cafile", str(tls_files["ca"]),
+         f"ftp://alice:pw@127.0.0.1:{server.port}{path}", str(output)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
 def test_the_ftp_client_example(server: Server, tls_files: dict[str, Path], tmp_path: Path) -> None:
     """examples/ftp_client.py, ftplib resuming the session, as a user runs it."""
     copy = tmp_path / "copy.bin"
-    done = subprocess.run(
-        [sys.executable, str(CLIENT), "--cafile", str(tls_files["ca"]),
-         f"ftp://alice:pw@127.0.0.1:{server.port}/sub/inner.txt", str(copy)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = run_ftp_client(server, tls_files, "/sub/inner.txt", copy)
     assert done.returncode == 0, done.stderr
     assert copy.read_bytes() == b"inner\n"
     server.wait_log(r"RETR /sub/inner.txt 6 bytes [\d.]+ s buffered ok")
+
+
+def test_the_ftp_client_example_after_a_550(
+    server: Server, tls_files: dict[str, Path], tmp_path: Path
+) -> None:
+    """A file the server refuses (550): one line, exit status 1, and no local file (it
+    left an empty one)."""
+    copy = tmp_path / "copy.bin"
+    done = run_ftp_client(server, tls_files, "/missing.bin", copy)
+    assert done.returncode == 1 and done.stderr.startswith("ftp_client.py: 550 "), done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert not copy.exists()
+
+
+def certificate_recipe(tool: str) -> list[list[str]]:
+    """The commands docs/ftp.md's "Certificates for FTPS" gives for `tool` ("trustme",
+    "openssl"): the code block whose first command makes the files, each command split
+    as a shell would (continuation lines joined)."""
+    docs = EXAMPLE.parent.parent / "docs" / "ftp.md"
+    section = docs.read_text().split("## Certificates for FTPS", 1)[1].split("\n## ", 1)[0]
+    for block in re.findall(r"```sh\n(.*?)```", section, re.S):
+        commands = [shlex.split(line) for line in block.replace("\\\n", " ").splitlines()]
+        if tool in commands[0][:3]:
+            return commands
+    raise AssertionError(f"docs/ftp.md gives no recipe with {tool}")
+
+
+@pytest.mark.parametrize("tool", ["trustme", "openssl"])
+def test_the_certificate_recipes_of_the_docs(
+    tree: Path, loop_name: str, tmp_path: Path, curl: str, tool: str
+) -> None:
+    """docs/ftp.md's commands that make a certificate, its key and the CA file clients
+    trust, run as given; the server started on those files, and curl (and, where the
+    recipe says, examples/ftp_client.py) downloading through them as given."""
+    need_example()
+    if shutil.which(tool) is None and tool != "trustme":
+        pytest.skip(f"{tool} is not installed")
+    make, serve, *clients = certificate_recipe(tool)
+    if make[0] == "python":
+        make[0] = sys.executable
+    subprocess.run(make, cwd=tmp_path, check=True, capture_output=True, timeout=60)
+    cert, key = (
+        tmp_path / serve[serve.index(option) + 1] for option in ("--tls-cert", "--tls-key")
+    )
+    user = serve[serve.index("--user") + 1]
+    args = [
+        "--root",
+        str(tree / "root"),
+        "--user",
+        user,
+        "--tls-cert",
+        str(cert),
+        "--tls-key",
+        str(key),
+    ]
+    with running(["--loop", loop_name, *args]) as server:
+        for command in clients:
+            # The docs' file and port: a file of the test's root, the server's port.
+            command = [
+                arg.replace(":2121/big.bin", f":{server.port}/one.bin").replace(
+                    "big.bin", "got.bin"
+                )
+                for arg in command
+            ]
+            if command[0] == "python":
+                command[:2] = [sys.executable, str(CLIENT)]
+            elif command[0] == "curl":
+                command[0] = curl
+            done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, (command, done.stderr)
+            assert (tmp_path / "got.bin").read_bytes() == pattern(MIB, seed=1), command
+            (tmp_path / "got.bin").unlink()
+    assert len(clients) == (2 if tool == "trustme" else 1)
 
 
 def send_tls_at_once(
@@ -1113,3 +1195,21 @@ def test_port_in_use_is_one_line(tree: Path, loop_name: str) -> None:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert f"127.0.0.1:{port}" in lines[0] and "Address already in use" in lines[0]
+
+
+@pytest.mark.parametrize("port", ["99999", "65536", "-1", "x"])
+def test_port_out_of_range_is_one_line(tree: Path, loop_name: str, port: str) -> None:
+    """argparse's usage and one line, exit status 2 (uvloop listened on 99999 - 65536,
+    asyncio printed an OverflowError traceback)."""
+    need_example()
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--root", str(tree / "root"), "--port", port,
+         "--loop", loop_name, "--anonymous"],
+        capture_output=True, text=True, timeout=60, env=env_importing_this_package(),
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stdout == "", done
+    *usage, error = done.stderr.splitlines()
+    assert usage[0].startswith("usage: ftp_server.py "), done.stderr
+    assert error == (
+        f"ftp_server.py: error: argument --port: {port!r} is not a port: 0 to 65535 (0: a free one)"
+    ), done.stderr
