@@ -1015,7 +1015,7 @@ def test_receive_zero_copy_under_strace(
     fields = run_under_strace(trace, calls, "receive_once.py", *args)
     assert fields["received"] == str(size) and fields["core"] == core.name
     sock, file = fields["sock"], fields["file"]
-    socket_fds = {sock}
+    socket_fds, file_fds = {sock}, {file}  # and their dup()s: receive() works on its own
     into_pipe = into_file = read_from_socket = 0
     born = False  # the socket's descriptor number serves files before and after it
     for line in _whole_calls(trace_lines(trace.read_text())):
@@ -1029,12 +1029,15 @@ def test_receive_zero_copy_under_strace(
         call, fd, result = match[1], match[2], int(match[3])
         # os.dup() is fcntl(F_DUPFD_CLOEXEC)
         is_dup = call == "dup" or (call == "fcntl" and "F_DUPFD" in line)
-        if is_dup and fd in socket_fds and result >= 0:
-            socket_fds.add(str(result))
+        if is_dup and result >= 0:
+            for fds in (socket_fds, file_fds):
+                if fd in fds:
+                    fds.add(str(result))
         elif call == "splice" and result > 0:
+            into = re.search(r"^\d+\s+splice\(\d+, NULL, (\d+),", line)
             if fd in socket_fds:
                 into_pipe += result
-            elif re.search(rf"^\d+\s+splice\(\d+, NULL, {file},", line):
+            elif into and into[1] in file_fds:
                 into_file += result
         elif call in ("read", "readv", "recvfrom", "recvmsg") and fd in socket_fds:
             read_from_socket += max(result, 0)
