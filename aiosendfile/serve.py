@@ -2,7 +2,8 @@
 
 A directory served by an aiohttp app: `aiosendfile.aiohttp.add_static` (aiohttp's
 static route and protections, bodies sent by `send()`) with directory listings, on
-an `aiosendfile.loops` event loop; Range and conditional requests are aiohttp's.
+an `aiosendfile.loops` event loop; Range and conditional requests are aiohttp's
+(If-Range the drop-in's: the range only of the file the client holds).
 Files are opened beneath the directory: a symlink out of it, or any symlink
 swapped in while a request is under way, is refused (404), unless
 --follow-symlinks asks for symlinks out of the directory to be served.  One
@@ -43,6 +44,7 @@ GRACE = 2.0
 # Seconds a request whose connection was closed gets to notice it (a send() sees its
 # transport go at its next step) before it is cancelled.
 AFTER_CUT = 0.5
+SIGNALS = (signal.SIGINT, signal.SIGTERM)  # either stops it, the same way
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -258,9 +260,6 @@ async def serve(args: argparse.Namespace) -> None:
         for signum in SIGNALS:
             loop.remove_signal_handler(signum)
         await runner.cleanup()
-
-
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def main(argv: Sequence[str], prog: str = "python -m aiosendfile serve") -> int:
