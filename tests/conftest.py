@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import os
 import select
 import shutil
@@ -195,6 +196,20 @@ def pattern(size: int, seed: int = 0) -> bytes:
     block = b"".join(struct.pack(">I", (i * 2654435761 + seed) & 0xFFFFFFFF) for i in range(16384))
     reps = size // len(block) + 1
     return (block * reps)[:size]
+
+
+_TMP_NAMES = itertools.count()
+
+
+@pytest.fixture
+def tmp_path(tmp_path: Path) -> Path:
+    """pytest's, one level down under a name no other test of the run had.  A passed
+    test's directory is removed at its teardown (pyproject.toml), and pytest then hands
+    the next test of a similar name the same path, whose directory the library's
+    per-directory verdicts (aiosendfile._files) would already know."""
+    path = tmp_path / f"t{next(_TMP_NAMES)}"
+    path.mkdir()
+    return path
 
 
 @pytest.fixture
