@@ -3,5 +3,5 @@
 Every test here is marked `soak`, which pyproject.toml's addopts deselects
 (`-m 'not soak'`).  Run them all with one command:
 
-    python -m pytest -m soak tests/soak -p no:cacheprovider
+    python -m pytest -m soak -p no:cacheprovider
 """
