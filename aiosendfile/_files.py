@@ -126,7 +126,7 @@ MAX_DIRECTORIES = 1024  # verdicts kept; the oldest goes first
 # Directory (as the path names it; with the working directory for a relative path)
 # -> the st_dev of its local filesystem, or None: not local, opened in workers.
 _verdicts: dict[object, int | None] = {}
-_verdicts_lock = threading.Lock()  # workers add verdicts; the loop only drops one
+_verdicts_lock = threading.Lock()  # workers add verdicts, the loop drops one: both count
 # Where the paths send() opened were opened: tests and the curious read it.
 opened_where = {"loop": 0, "worker": 0}
 # False once openat2's RESOLVE_CACHED is found missing (Linux < 5.12): local
@@ -157,7 +157,8 @@ def start_file_argument(
             except OSError:
                 pass  # not all cached, another mount, a bad path: the worker finds out
             else:
-                opened_where["loop"] += 1
+                with _verdicts_lock:  # workers count theirs under it too
+                    opened_where["loop"] += 1
                 try:
                     return wrap(on_loop, True)
                 except BaseException:
@@ -244,8 +245,10 @@ def _open_cached(key: object, dev: int, path: Any, flags: int) -> int:
         st = os.fstat(fd)
         if st.st_dev != dev:
             # Not the filesystem the verdict was about (something was mounted over
-            # the directory since): the worker takes its paths again.
-            _verdicts.pop(key, None)
+            # the directory since): the worker takes its paths again.  Under the lock:
+            # a worker may be iterating the verdicts to evict the oldest.
+            with _verdicts_lock:
+                _verdicts.pop(key, None)
         _keep_blocking_unless_fifo(fd, flags, st)
     except BaseException:
         os.close(fd)
