@@ -893,23 +893,23 @@ def test_the_ftp_client_example_after_a_550(
 
 
 def certificate_recipe(tool: str) -> list[list[str]]:
-    """The commands docs/ftp.md's "Certificates for FTPS" gives for `tool` ("trustme",
+    """The commands docs/integrations/ftp.md's "Certificates for FTPS" gives for `tool` ("trustme",
     "openssl"): the code block whose first command makes the files, each command split
     as a shell would (continuation lines joined)."""
-    docs = EXAMPLE.parent.parent / "docs" / "ftp.md"
+    docs = EXAMPLE.parent.parent / "docs" / "integrations" / "ftp.md"
     section = docs.read_text().split("## Certificates for FTPS", 1)[1].split("\n## ", 1)[0]
     for block in re.findall(r"```sh\n(.*?)```", section, re.S):
         commands = [shlex.split(line) for line in block.replace("\\\n", " ").splitlines()]
         if tool in commands[0][:3]:
             return commands
-    raise AssertionError(f"docs/ftp.md gives no recipe with {tool}")
+    raise AssertionError(f"docs/integrations/ftp.md gives no recipe with {tool}")
 
 
 @pytest.mark.parametrize("tool", ["trustme", "openssl"])
 def test_the_certificate_recipes_of_the_docs(
     tree: Path, loop_name: str, tmp_path: Path, curl: str, tool: str
 ) -> None:
-    """docs/ftp.md's commands that make a certificate, its key and the CA file clients
+    """docs/integrations/ftp.md's commands that make a certificate, its key and the CA file clients
     trust, run as given; the server started on those files, and curl (and, where the
     recipe says, examples/ftp_client.py) downloading through them as given."""
     need_example()
