@@ -10,9 +10,8 @@ from __future__ import annotations
 import dataclasses
 
 MiB = 1024 * 1024
-# Below this, each writable event's Python and epoll costs dominate: with 200 downloads
-# at once, 128 KiB shares spent 0.24 s CPU/GiB where 512 KiB spent 0.09-0.17 (and
-# the loop's p99 lag under the lag workload moved from 15-17 ms to 18-19 ms).
+# Below this, each writable event's Python and epoll costs dominate the CPU of many
+# sends at once (docs/benchmarks.md, "Settings chosen by measurement", has the figures).
 DEFAULT_MIN_SHARE = 512 * 1024
 
 
