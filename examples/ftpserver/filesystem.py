@@ -1,4 +1,4 @@
-"""The FTP example's file system: paths confined to the root under races, whole uploads.
+"""The FTP server's file system: paths confined to the root under races, whole uploads.
 
 A path is never resolved in one call and used in another: a client who can rename could
 swap a symlink in between.  The root is held open, and a path is walked from it one name
