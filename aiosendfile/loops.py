@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ._lazy import Maker, made_on_first_use
 from ._sending.api import send, which_path
 from ._transports import is_tls
 
@@ -134,17 +135,19 @@ class SelectorEventLoop(SendfileLoopMixin, asyncio.SelectorEventLoop):
     """The stock asyncio loop, sending files with aiosendfile.send()."""
 
 
+def _uvloop_loop() -> tuple[type[Any], ...]:
+    import uvloop
+
+    class UVLoop(SendfileLoopMixin, uvloop.Loop):  # type: ignore[misc]
+        """uvloop's loop, sending files with aiosendfile.send() (uvloop's own
+        loop.sendfile() raises NotImplementedError)."""
+
+    return (UVLoop,)
+
+
+# uvloop is optional: its loop class is made when first asked for.
+_MAKERS: dict[str, Maker] = {"UVLoop": _uvloop_loop}
+
+
 def __getattr__(name: str) -> Any:
-    # uvloop is optional: its loop class is made when first asked for.
-    if name == "UVLoop":
-        import uvloop
-
-        class UVLoop(SendfileLoopMixin, uvloop.Loop):  # type: ignore[misc]
-            """uvloop's loop, sending files with aiosendfile.send() (uvloop's own
-            loop.sendfile() raises NotImplementedError)."""
-
-        UVLoop.__module__ = __name__
-        UVLoop.__qualname__ = "UVLoop"
-        globals()["UVLoop"] = UVLoop
-        return UVLoop
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return made_on_first_use(globals(), _MAKERS, name)

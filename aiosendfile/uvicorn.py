@@ -78,6 +78,7 @@ from ._asgi.bodies import (
     zerocopysend_body,
 )
 from ._asgi.middleware import Compressor, drops_zerocopysend, find_compressor
+from ._lazy import Maker, made_on_first_use
 from ._sending.api import send
 
 # HttpToolsProtocol is made when first asked for (__getattr__, at the end).
@@ -478,11 +479,13 @@ _CYCLE = ("scope", "transport", "flow", "disconnected", "response_started", "res
 _check_uvicorn(h11_impl, "H11Protocol", (*_CYCLE, "conn"))
 
 
-class H11Protocol(h11_impl.H11Protocol):
-    """uvicorn's H11Protocol, serving `http.response.pathsend` and
-    `http.response.zerocopysend` (those of `extensions`) with `aiosendfile.send()`."""
+class _ServingFiles:
+    """What both protocols add to uvicorn's: the app each request runs, wrapped to
+    serve the file extensions (those of `extensions`) with `aiosendfile.send()`."""
 
     extensions: ClassVar[tuple[str, ...]] = EXTENSIONS
+    framing: ClassVar[_Framing]  # how the protocol's cycle frames and counts a body
+    app: App
 
     def __init__(
         self,
@@ -491,11 +494,18 @@ class H11Protocol(h11_impl.H11Protocol):
         app_state: dict[str, Any],
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
-        super().__init__(config, server_state, app_state, _loop)
-        self.app = _FileServing(self.app, _H11Framing(), self.extensions)
+        super().__init__(config, server_state, app_state, _loop)  # type: ignore[call-arg]
+        self.app = _FileServing(self.app, self.framing, self.extensions)
 
 
-def _httptools_protocol() -> type[asyncio.Protocol]:
+class H11Protocol(_ServingFiles, h11_impl.H11Protocol):
+    """uvicorn's H11Protocol, serving `http.response.pathsend` and
+    `http.response.zerocopysend` (those of `extensions`) with `aiosendfile.send()`."""
+
+    framing = _H11Framing()
+
+
+def _httptools_protocol() -> tuple[type[Any], ...]:
     try:
         from uvicorn.protocols.http import httptools_impl
     except ImportError as exc:
@@ -506,30 +516,18 @@ def _httptools_protocol() -> type[asyncio.Protocol]:
     counting = ("chunked_encoding", "expected_content_length")
     _check_uvicorn(httptools_impl, "HttpToolsProtocol", (*_CYCLE, *counting))
 
-    class HttpToolsProtocol(httptools_impl.HttpToolsProtocol):
+    class HttpToolsProtocol(_ServingFiles, httptools_impl.HttpToolsProtocol):
         """uvicorn's HttpToolsProtocol, serving `http.response.pathsend` and
         `http.response.zerocopysend` (those of `extensions`) with `aiosendfile.send()`."""
 
-        extensions: ClassVar[tuple[str, ...]] = EXTENSIONS
+        framing = _HttpToolsFraming()
 
-        def __init__(
-            self,
-            config: Config,
-            server_state: ServerState,
-            app_state: dict[str, Any],
-            _loop: asyncio.AbstractEventLoop | None = None,
-        ) -> None:
-            super().__init__(config, server_state, app_state, _loop)
-            self.app = _FileServing(self.app, _HttpToolsFraming(), self.extensions)
+    return (HttpToolsProtocol,)
 
-    HttpToolsProtocol.__module__ = __name__
-    HttpToolsProtocol.__qualname__ = "HttpToolsProtocol"
-    return HttpToolsProtocol
+
+# httptools is optional for uvicorn: its protocol is made when first asked for.
+_MAKERS: dict[str, Maker] = {"HttpToolsProtocol": _httptools_protocol}
 
 
 def __getattr__(name: str) -> Any:
-    # httptools is optional for uvicorn: its protocol is made when first asked for.
-    if name == "HttpToolsProtocol":
-        protocol = globals()[name] = _httptools_protocol()
-        return protocol
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return made_on_first_use(globals(), _MAKERS, name)

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from . import loops
+from ._lazy import Maker, made_on_first_use
 
 # Every worker is made when first asked for (__getattr__, at the end): the aiohttp
 # ones need aiohttp, the uvicorn ones uvicorn-worker, and neither needs the other.
@@ -50,7 +51,7 @@ def _new_uvloop() -> asyncio.AbstractEventLoop:
     return loop
 
 
-def _aiohttp_workers() -> dict[str, type[Any]]:
+def _aiohttp_workers() -> tuple[type[Any], ...]:
     """aiohttp's two workers, on aiosendfile.loops loops."""
     from aiohttp import worker as aiohttp_worker
 
@@ -73,12 +74,10 @@ def _aiohttp_workers() -> dict[str, type[Any]]:
 
         loop_factory = _new_uvloop
 
-    workers: dict[str, type[Any]] = {"GunicornWebWorker": GunicornWebWorker}
-    workers["GunicornUVLoopWebWorker"] = GunicornUVLoopWebWorker
-    return _named_here(workers)
+    return GunicornWebWorker, GunicornUVLoopWebWorker
 
 
-def _uvicorn_workers() -> dict[str, type[Any]]:
+def _uvicorn_workers() -> tuple[type[Any], ...]:
     """uvicorn-worker's two workers, with aiosendfile's protocols and loops."""
     import uvicorn_worker  # type: ignore[import-untyped]  # no type information
 
@@ -106,19 +105,10 @@ def _uvicorn_workers() -> dict[str, type[Any]]:
             "http": "aiosendfile.uvicorn:H11Protocol",
         }
 
-    workers: dict[str, type[Any]] = {"UvicornWorker": UvicornWorker}
-    workers["UvicornH11Worker"] = UvicornH11Worker
-    return _named_here(workers)
+    return UvicornWorker, UvicornH11Worker
 
 
-def _named_here(workers: dict[str, type[Any]]) -> dict[str, type[Any]]:
-    """The classes as gunicorn and pickle name them: aiosendfile.worker.<name>."""
-    for name, cls in workers.items():
-        cls.__module__, cls.__qualname__ = __name__, name
-    return workers
-
-
-_MAKERS: dict[str, Callable[[], dict[str, type[Any]]]] = {
+_MAKERS: dict[str, Maker] = {
     "GunicornWebWorker": _aiohttp_workers,
     "GunicornUVLoopWebWorker": _aiohttp_workers,
     "UvicornWorker": _uvicorn_workers,
@@ -127,9 +117,4 @@ _MAKERS: dict[str, Callable[[], dict[str, type[Any]]]] = {
 
 
 def __getattr__(name: str) -> Any:
-    make = _MAKERS.get(name)
-    if make is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    workers = make()
-    globals().update(workers)
-    return workers[name]
+    return made_on_first_use(globals(), _MAKERS, name)
