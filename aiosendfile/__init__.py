@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from . import _core
 from ._errors import IncompleteReceiveError, SendfileNotAvailableError, TransportClosingError
 from ._receiving.api import receive
@@ -12,6 +10,10 @@ from ._sending.buffered import get_chunk_size, set_chunk_size
 from ._transports import PathChoice
 
 __version__ = "0.1.0"
+
+# The active core's: a switch of core (_core.use, for tests and benchmarks) sets both anew.
+sendfile = _core.active.sendfile  # the core's one step: sendfile(2), pysendfile's signature
+CORE = _core.active.name  # "c" (the extension) or "py" (its pure-Python twin)
 
 __all__ = (
     "CORE",
@@ -26,12 +28,3 @@ __all__ = (
     "set_chunk_size",
     "which_path",
 )
-
-
-def __getattr__(name: str) -> Any:
-    # Read at each access, so both follow a switch of the active core.
-    if name == "CORE":
-        return _core.active.name  # "c" (the extension) or "py" (its pure-Python twin)
-    if name == "sendfile":
-        return _core.active.sendfile
-    raise AttributeError(f"module 'aiosendfile' has no attribute {name!r}")

@@ -16,12 +16,14 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import sys
 import warnings
 from collections.abc import Callable
 
 from . import _core_py
 
-_C_CORE = f"{__package__}._core_c"
+_PACKAGE = __name__.rpartition(".")[0]  # aiosendfile
+_C_CORE = f"{_PACKAGE}._core_c"
 
 # sendfile(out, in_, offset, nbytes, header=b"", trailer=b"", flags=0) -> bytes written
 SendfileStep = Callable[..., int]
@@ -66,9 +68,18 @@ def load(name: str) -> Core:
 
 def use(name: str) -> Core:
     """Makes the core called `name` the active one for every later step; returns it."""
+    return activate(load(name))
+
+
+def activate(core: Core) -> Core:
+    """Makes `core` the active one for every later step, and the package's
+    `sendfile` and `CORE` its own; returns it."""
     global active
-    active = load(name)
-    return active
+    active = core
+    package = sys.modules.get(_PACKAGE)
+    if package is not None:  # None only before the package's import began
+        vars(package).update(sendfile=core.sendfile, CORE=core.name)
+    return core
 
 
 def _at_import() -> Core:

@@ -145,7 +145,7 @@ def core(request: pytest.FixtureRequest) -> Iterator[_core.Core]:
     try:
         yield _core.use(name)
     finally:
-        _core.active = before
+        _core.activate(before)
 
 
 @pytest.fixture(autouse=True)
