@@ -15,7 +15,7 @@ from __future__ import annotations
 import errno
 import os
 
-from . import _openat2
+from . import _linux
 
 # False once openat2 is found missing (Linux < 5.6, or a seccomp filter that
 # answers ENOSYS): the walk takes over.
@@ -44,9 +44,9 @@ def open_beneath(directory: str, path: str, flags: int) -> int:
 def _openat2_beneath(dirfd: int, path: str, flags: int) -> int | None:
     """openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS); None where the kernel has none."""
     global _have_openat2
-    resolve = _openat2.RESOLVE_BENEATH | _openat2.RESOLVE_NO_SYMLINKS
+    resolve = _linux.RESOLVE_BENEATH | _linux.RESOLVE_NO_SYMLINKS
     try:
-        return _openat2.openat2(dirfd, os.fsencode(path), flags, resolve)
+        return _linux.openat2(dirfd, os.fsencode(path), flags, resolve)
     except OSError as exc:
         if exc.errno != errno.ENOSYS:
             raise OSError(exc.errno, exc.strerror, path) from None

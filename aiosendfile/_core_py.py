@@ -22,7 +22,7 @@ import termios
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import _openat2
+from . import _linux
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
@@ -462,25 +462,25 @@ def open_cached(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], flags
     encoded = os.fsencode(path)
     if b"\0" in encoded:
         raise ValueError("embedded null byte")
-    if not _openat2.available():
+    if not _linux.openat2_available():
         raise _os_error("openat2", errno.ENOSYS)
     head, slash, name = encoded.rpartition(b"/")
-    dirfd = _openat2.AT_FDCWD
+    dirfd = _linux.AT_FDCWD
     if slash:
-        dirfd = _open_cached_at(_openat2.AT_FDCWD, head or b"/", os.O_PATH | os.O_DIRECTORY, 0)
+        dirfd = _open_cached_at(_linux.AT_FDCWD, head or b"/", os.O_PATH | os.O_DIRECTORY, 0)
     try:
-        return _open_cached_at(dirfd, name, flags, _openat2.RESOLVE_NO_XDEV)
+        return _open_cached_at(dirfd, name, flags, _linux.RESOLVE_NO_XDEV)
     finally:
-        if dirfd != _openat2.AT_FDCWD:
+        if dirfd != _linux.AT_FDCWD:
             os.close(dirfd)
 
 
 def _open_cached_at(dirfd: int, path: bytes, flags: int, resolve: int) -> int:
     return _call(
         "openat2",
-        _openat2.openat2,
+        _linux.openat2,
         dirfd,
         path,
         flags | os.O_CLOEXEC,
-        _openat2.RESOLVE_CACHED | resolve,
+        _linux.RESOLVE_CACHED | resolve,
     )

@@ -15,7 +15,6 @@ write (receive()) always is, since creating and truncating may write to the disk
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import errno
 import functools
 import io
@@ -27,6 +26,7 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeGuard, TypeVar
 
 from . import _core, _disk
+from ._linux import filesystem_type
 
 # What asking a file-like object for its descriptor or its state may raise.
 NOT_A_FD = (AttributeError, io.UnsupportedOperation, OSError, ValueError)
@@ -292,35 +292,13 @@ def _local_filesystem(path: Any) -> int | None:
     except (OSError, AttributeError):  # AttributeError: no O_PATH (not Linux)
         return None
     try:
-        kind = _filesystem_type(fd)
+        kind = filesystem_type(fd)
         dev = os.fstat(fd).st_dev
     except OSError:
         return None
     finally:
         os.close(fd)
     return dev if kind in _LOCAL_FILESYSTEMS else None
-
-
-@functools.cache
-def _fstatfs() -> Any:
-    libc = ctypes.CDLL(None, use_errno=True)
-    fstatfs = libc.fstatfs
-    fstatfs.argtypes = [ctypes.c_int, ctypes.c_void_p]
-    return fstatfs
-
-
-def _filesystem_type(fd: int) -> int:
-    """fstatfs(2)'s f_type: the first field of struct statfs, a long on Linux (an
-    int on s390x, where this reads something else: not local, the safe answer)."""
-    try:
-        fstatfs = _fstatfs()
-    except (OSError, AttributeError):
-        return 0
-    buffer = ctypes.create_string_buffer(512)  # struct statfs is 120 bytes on x86_64
-    if fstatfs(fd, buffer) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code))
-    return ctypes.c_ulong.from_buffer(buffer).value & 0xFFFFFFFF
 
 
 def unwrap_async_file(file: Any) -> Any:

@@ -14,10 +14,9 @@ this event's budget is spent; the loop then calls again, level-triggered.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 
-from .. import _core
+from .. import _core, _linux
 from .._errors import Action, classify, transport_closing
 from .._readiness import run_on_events
 from .._settings import ENGINE
@@ -144,7 +143,7 @@ class _PipePool:
         pipe_r, pipe_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         with contextlib.suppress(OSError):
             # EPERM past the per-user pipe-user-pages-soft limit: 64 KiB works too.
-            fcntl.fcntl(pipe_w, fcntl.F_SETPIPE_SZ, self._size)
+            _linux.set_pipe_size(pipe_w, self._size)
         return pipe_r, pipe_w
 
     def give_back(self, pipe: tuple[int, int]) -> bytes:

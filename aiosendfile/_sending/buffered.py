@@ -45,15 +45,13 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import fcntl
 import os
 import select
 import socket
-import struct
-import termios
 from collections.abc import Callable
 from typing import Any
 
+from .. import _linux
 from .._transports import is_tls
 from .chunks import ChunkReader
 from .flow import Flow
@@ -75,31 +73,11 @@ MIN_CHUNK = 16 * 1024
 # kernel's accounting may differ from the bytes queued: kept out of a chunk's size.
 _TLS_RECORD = 16 * 1024
 _TLS_OVERHEAD = 64
-# getsockopt(SOL_SOCKET, SO_MEMINFO) (Linux >= 4.6): the socket's memory, u32 each,
-# as enum sk_meminfo orders them (rmem_alloc, rcvbuf, wmem_alloc, sndbuf, ...).
-_SO_MEMINFO = getattr(socket, "SO_MEMINFO", 55)
-_MEMINFO_FORMAT = "=9I"
-_MEMINFO_SIZE = struct.calcsize(_MEMINFO_FORMAT)
-_WMEM_ALLOC, _SNDBUF, _WMEM_QUEUED = 2, 3, 5
-# getsockopt(IPPROTO_TCP, TCP_INFO): struct tcp_info's tcpi_bytes_acked (Linux >= 4.1),
-# a u64 (what the kernel has taken is that plus SIOCOUTQ), and tcpi_notsent_bytes
-# (Linux >= 4.6), a u32, at these offsets.
-_TCP_INFO_SIZE = 148
-_BYTES_ACKED_AT = 120
-_NOTSENT_AT = 144
-# TCP_NOTSENT_LOWAT (Linux >= 3.12): the kernel takes no more once this much is unsent,
-# whatever room SO_SNDBUF leaves; a socket's 0 means the system's default, whose
-# "no limit" is UINT_MAX.
-_TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
-_NOTSENT_LOWAT_DEFAULT = "/proc/sys/net/ipv4/tcp_notsent_lowat"
-_NO_LIMIT = 2**32 - 1
-_default_notsent_lowat: int | None = None
 # Writes between two looks at whether the peer hung up: fewer than the writes
 # asyncio's transports take silently after their socket failed (they log from
 # the sixth on, "socket.send() raised exception.").
 _PEER_CHECK_EVERY = 4
 _NOTHING = memoryview(b"")
-_TCP_FAMILIES = (socket.AF_INET, socket.AF_INET6)  # the sockets TCP_CORK applies to
 # A hung-up socket's pending error that is already a ConnectionError subclass.
 _PEER_GONE = frozenset((errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED))
 
@@ -142,14 +120,14 @@ class Room:
         if self._sock is not None:
             self._poll = select.poll()
             self._poll.register(self._sock.fileno(), 0)  # POLLHUP and POLLERR always come
-            if self.tls and self._sock.family in _TCP_FAMILIES:
+            if self.tls and self._sock.family in _linux.TCP_FAMILIES:
                 self._taken = _Taken(self._sock)
 
     def hold(self) -> None:
         """Corks a TCP socket for a turn's writes (unless the application corked it):
         a TLS transport sends each write at once, and a small response would leave in
         as many segments, each waking the peer."""
-        if self._sock is None or self._corked or self._sock.family not in _TCP_FAMILIES:
+        if self._sock is None or self._corked or self._sock.family not in _linux.TCP_FAMILIES:
             return
         try:
             if not self._sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK):
@@ -184,7 +162,7 @@ class Room:
             return None
         try:
             room = _room(sock)
-            if sock.family in _TCP_FAMILIES:
+            if sock.family in _linux.TCP_FAMILIES:
                 room = min(room, _unsent_room(sock))
         except OSError:
             self.close()
@@ -315,10 +293,10 @@ class _Taken:
     def start(self) -> None:
         """Before a chunk's pieces: notes the counters."""
         try:
-            acked = _bytes_acked(self._sock)  # first: an ACK in between lowers the sum
-            self._queued = _queued(self._sock)
+            acked = _linux.bytes_acked(self._sock)  # first: an ACK in between lowers the sum
+            self._queued = _linux.send_queue(self._sock)
         except OSError:
-            acked = self._queued = 0  # cannot tell: took() will say "took"
+            acked = self._queued = 0  # cannot tell (Linux < 4.1): took() will say "took"
         self._total = acked + self._queued
         self._written = 0
 
@@ -326,7 +304,7 @@ class _Taken:
         """After a piece of `nbytes`: whether the kernel took all of it (and all before)."""
         self._written += nbytes
         try:
-            queued = _queued(self._sock)
+            queued = _linux.send_queue(self._sock)
         except OSError:
             return True  # cannot tell: the flow control of the transports paces it
         grew, self._queued = queued - self._queued, queued
@@ -336,8 +314,8 @@ class _Taken:
     def settled(self) -> bool:
         """Whether the kernel has taken all that was written since start()."""
         try:
-            queued = _queued(self._sock)
-            total = queued + _bytes_acked(self._sock)  # last: an ACK in between raises it
+            queued = _linux.send_queue(self._sock)
+            total = queued + _linux.bytes_acked(self._sock)  # last: an ACK in between raises it
         except OSError:
             return True
         return total - self._total >= self._written
@@ -347,34 +325,13 @@ def _unsent_room(sock: socket.socket) -> int:
     """Bytes a TCP socket takes before its TCP_NOTSENT_LOWAT refuses more (a large
     number when it sets no limit).  Beyond that the kernel refuses writes that
     SO_SNDBUF has room for, and with a small peer window nothing sent leaves."""
-    global _default_notsent_lowat
-    lowat = sock.getsockopt(socket.IPPROTO_TCP, _TCP_NOTSENT_LOWAT) & _NO_LIMIT
-    if not lowat:
-        if _default_notsent_lowat is None:
-            try:
-                with open(_NOTSENT_LOWAT_DEFAULT) as default:
-                    _default_notsent_lowat = int(default.read())
-            except (OSError, ValueError):
-                _default_notsent_lowat = _NO_LIMIT
-        lowat = _default_notsent_lowat
-    if lowat >= _NO_LIMIT:
-        return _NO_LIMIT
-    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_SIZE)
-    if len(info) < _NOTSENT_AT + 4:
-        return _NO_LIMIT  # a kernel older than 4.6: the refused bytes are caught after
-    notsent: int = struct.unpack_from("=I", info, _NOTSENT_AT)[0]
+    lowat = _linux.notsent_lowat(sock)
+    if lowat >= _linux.NO_LIMIT:
+        return _linux.NO_LIMIT
+    notsent = _linux.notsent_bytes(sock)
+    if notsent is None:
+        return _linux.NO_LIMIT  # a kernel older than 4.6: the refused bytes are caught after
     return max(lowat - notsent, 0)
-
-
-def _bytes_acked(sock: socket.socket) -> int:
-    """Bytes the TCP peer has acknowledged since the connection began."""
-    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_SIZE)
-    if len(info) < _BYTES_ACKED_AT + 8:
-        # A kernel older than 4.1: SIOCOUTQ alone falls as the peer acknowledges,
-        # and _Taken, unable to tell, says "took".
-        raise OSError(errno.ENOPROTOOPT, "TCP_INFO: no tcpi_bytes_acked")
-    acked: int = struct.unpack_from("=Q", info, _BYTES_ACKED_AT)[0]
-    return acked
 
 
 def _own_socket(sock: Any) -> socket.socket | None:
@@ -393,11 +350,6 @@ def _own_socket(sock: Any) -> socket.socket | None:
     return own
 
 
-def _queued(sock: socket.socket) -> int:
-    """Bytes in the socket's send queue, not yet acknowledged (SIOCOUTQ)."""
-    return int.from_bytes(fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, bytes(4)), "little")
-
-
 def _room(sock: socket.socket) -> int:
     """Bytes of payload the socket's send buffer surely takes now.
 
@@ -409,14 +361,12 @@ def _room(sock: socket.socket) -> int:
     has begun).  SO_SNDBUF less the bytes queued was more than the kernel
     takes: the rest waited in the transport, per stalled connection.
     """
-    info: tuple[int, ...] = struct.unpack(
-        _MEMINFO_FORMAT, sock.getsockopt(socket.SOL_SOCKET, _SO_MEMINFO, _MEMINFO_SIZE)
-    )
-    used = max(info[_WMEM_ALLOC], info[_WMEM_QUEUED])
-    room = info[_SNDBUF] - used
+    allocated, sndbuf, queued_memory = _linux.send_memory(sock)
+    used = max(allocated, queued_memory)
+    room = sndbuf - used
     if room <= 0:
         return 0
-    queued = _queued(sock)
+    queued = _linux.send_queue(sock)
     if 0 < queued < used:
         return room * queued // used
     return room - room // 32  # an empty queue shows no rate: a margin for the overhead

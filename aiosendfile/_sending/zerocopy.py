@@ -25,19 +25,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 
 from .. import _core, _disk
 from .._errors import Action, cannot_tell, classify, transport_closing
 from .._files import MAX_FILE_POSITION
+from .._linux import TCP_FAMILIES
 from .._readiness import run_on_events
 from .._settings import ENGINE
 from .guard import IN_PROGRESS
 from .transfer import Transfer
 
 READ_AHEAD = 4 * 1024 * 1024  # residency window, and the size of one disk read
-
-_TCP_FAMILIES = (socket.AF_INET, socket.AF_INET6)  # the sockets TCP_CORK applies to
 
 # Sends waiting on each loop (a plain dict: an entry lives only while its count is > 0).
 _sends_per_loop: dict[asyncio.AbstractEventLoop, int] = {}
@@ -92,7 +90,7 @@ class SendfileEngine:
         self._disk_read_start = 0
         self.started = False  # a byte of ours went: bytes queued after this are not ours
         sock = transfer.flow.sock
-        self.corkable = sock is not None and sock.family in _TCP_FAMILIES
+        self.corkable = sock is not None and sock.family in TCP_FAMILIES
 
     async def finish(self) -> None:
         """Sends the rest, waiting on the loop for the socket, the disk, or bytes the
