@@ -234,8 +234,9 @@ def build_parser(prog: str | None = None, lag: bool = False) -> argparse.Argumen
         metavar="PATH",
         type=Path,
         help=unless_lag(
-            "the FTP example's ftp_server.py for --workloads ftp (default: examples/ of "
-            "the checkout this aiosendfile runs from, if it runs from one)"
+            "the FTP example's ftp_server.py, its ftpserver/ package beside it, for "
+            "--workloads ftp (default: examples/ of the checkout this aiosendfile runs "
+            "from, if it runs from one)"
         ),
     )
     choice.add_argument(
