@@ -1,15 +1,18 @@
-"""What kind of transport this is, for send() and receive() alike.
+"""What kind of transport this is, for send() and receive() alike: asked here only.
 
 A stream transport (asyncio's or uvloop's, by what it can do: uvloop's are not
 asyncio.WriteTransport subclasses), never a datagram transport or the socket
-object a transport hands out; and whether its socket allows zero-copy at all.
+object a transport hands out; whether it carries TLS; whether it is a plain
+stream over a socket, what the quick route writes behind; and whether its
+socket allows zero-copy at all.  Each answer is kept per class in one table, as
+CPython's loop keeps one `_sendfile_compatible` per transport class.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 
@@ -18,6 +21,50 @@ class PathChoice(NamedTuple):
 
     path: Literal["quick", "zerocopy", "buffered"]
     reason: str
+
+
+class TransportKind(NamedTuple):
+    """What is known of one transport class."""
+
+    stream: bool  # send()'s stream check passed on one with a socket
+    tls: bool | None  # None: asked of each transport (not one of the loops' own classes)
+
+
+# Every kind, made once: a class's entry is one of these, so `is` compares them.
+_KINDS = {
+    (stream, tls): TransportKind(stream, tls)
+    for stream in (False, True)
+    for tls in (None, False, True)
+}
+# A stream transport over a socket without TLS: zero-copy and the quick route open.
+PLAIN_STREAM = _KINDS[True, False]
+
+# What is known of each transport class seen.  Any thread may fill it: every
+# thread computes the same answer, so a race only repeats the work (one entry
+# replacing another can drop a fact, asked again next time, never add a wrong one).
+_kind_by_class: dict[type, TransportKind] = {}
+
+# On both loops TLS is a transport class of its own over a plain one, so for their
+# classes the ssl_object verdict is kept per class (asking uvloop costs as much as
+# the rest of a small send's checks); any other class is asked every time.
+_LOOP_MODULES = ("asyncio.", "uvloop.")
+
+# What a writer's transport must be able to do.
+_WRITE_METHODS = (
+    "write",
+    "is_closing",
+    "get_extra_info",
+    "get_write_buffer_size",
+    "get_write_buffer_limits",
+    "set_write_buffer_limits",
+)
+
+
+def kinds() -> Mapping[type, TransportKind]:
+    """The table: `kinds().get(type(transport)) is PLAIN_STREAM` is a true
+    `is_plain_stream(transport)`, without the call (for the quick route, where
+    every call counts)."""
+    return _kind_by_class
 
 
 def check_stream_transport(
@@ -43,6 +90,29 @@ def check_stream_transport(
     return sock
 
 
+def check_write_transport(writer: Any, transport: Any) -> bool:
+    """send()'s check of `writer`'s transport: TypeError or RuntimeError ("not
+    supported") for what send() cannot write to; whether it has a socket.  Once
+    per class with a socket."""
+    cls = type(transport)
+    kind = _kind_by_class.get(cls)
+    if kind is not None and kind.stream:
+        return True
+    if check_stream_transport(writer, transport, _WRITE_METHODS, "sending", "write") is None:
+        return False
+    _kind_by_class[cls] = _KINDS[True, None if kind is None else kind.tls]
+    return True
+
+
+def is_stream_transport(transport: Any) -> bool:
+    """check_write_transport's test without its exceptions: a stream transport
+    send() can write to, with a socket."""
+    try:
+        return check_write_transport(transport, transport)
+    except (TypeError, RuntimeError):
+        return False
+
+
 def is_socket_object(obj: object) -> bool:
     """A socket, or the stand-in a transport hands out for its own (asyncio's
     TransportSocket, uvloop's PseudoSocket): a family and a fileno, no write()."""
@@ -51,23 +121,25 @@ def is_socket_object(obj: object) -> bool:
     )
 
 
-# On both loops TLS is a transport class of its own over a plain one, so for their
-# classes the ssl_object verdict is kept per class (asking uvloop costs as much as
-# the rest of a small send's checks); any other class is asked every time.
-LOOP_MODULES = ("asyncio.", "uvloop.")
-_tls_by_class: dict[type, bool] = {}
-
-
 def is_tls(transport: Any) -> bool:
     """Whether the transport carries TLS (zero-copy cannot: the kernel would send
     plaintext), by its ssl_object: the one test for every path."""
     cls = type(transport)
-    verdict = _tls_by_class.get(cls)
-    if verdict is None:
-        verdict = transport.get_extra_info("ssl_object") is not None
-        if cls.__module__.startswith(LOOP_MODULES):
-            _tls_by_class[cls] = verdict
+    kind = _kind_by_class.get(cls)
+    if kind is not None and kind.tls is not None:
+        return kind.tls
+    verdict = transport.get_extra_info("ssl_object") is not None
+    if cls.__module__.startswith(_LOOP_MODULES):
+        _kind_by_class[cls] = _KINDS[kind is not None and kind.stream, verdict]
     return verdict
+
+
+def is_plain_stream(transport: Any) -> bool:
+    """Whether the transport is a stream transport over a socket with zero-copy open
+    (no TLS: the general path's own test): what the quick route writes behind."""
+    if _kind_by_class.get(type(transport)) is PLAIN_STREAM:
+        return True
+    return is_stream_transport(transport) and not is_tls(transport)
 
 
 def zero_copy_refusal(transport: Any, sock: Any, syscall: str, available: bool) -> str | None:

@@ -32,25 +32,12 @@ from typing import Any
 
 from .._errors import transport_closing
 from .._forwarding import Forwarding
-from .._transports import check_stream_transport
+from .._transports import check_write_transport
 
 # close() of a transport that still holds bytes (waiting for them to flush, or a TLS
 # shutdown) tells the protocol nothing until the flush ends, which a stalled peer
 # never lets happen: a waiting send looks at is_closing() this often.
 CLOSE_CHECK_INTERVAL = 0.1
-
-# What a writer's transport must be able to do.
-_TRANSPORT_METHODS = (
-    "write",
-    "is_closing",
-    "get_extra_info",
-    "get_write_buffer_size",
-    "get_write_buffer_limits",
-    "set_write_buffer_limits",
-)
-# Transport classes already seen to be stream transports (uvloop's are not
-# asyncio.WriteTransport subclasses, so the check is by what they can do).
-STREAM_TRANSPORT_TYPES: set[type] = set()
 
 
 class Flow:
@@ -78,8 +65,7 @@ class Flow:
             transport, stream_writer = writer.transport, writer
         else:
             transport, stream_writer = writer, None
-        if type(transport) not in STREAM_TRANSPORT_TYPES:
-            _check_transport(writer, transport)
+        check_write_transport(writer, transport)
         return cls(transport, stream_writer)
 
     def watch(self) -> None:
@@ -241,23 +227,3 @@ def _watcher_for(inner: Any) -> _PassThrough:
     if isinstance(inner, asyncio.BufferedProtocol):
         return _BufferedWatcher(inner)
     return _Watcher(inner)
-
-
-def is_stream_transport(transport: Any) -> bool:
-    """Flow.of's test without its exceptions, for the quick route: once per class."""
-    if type(transport) in STREAM_TRANSPORT_TYPES:
-        return True
-    try:
-        _check_transport(transport, transport)
-    except (TypeError, RuntimeError):
-        return False
-    return type(transport) in STREAM_TRANSPORT_TYPES
-
-
-def _check_transport(writer: Any, transport: Any) -> None:
-    """Raises for what is not a stream transport; remembers the class of one with a socket."""
-    if (
-        check_stream_transport(writer, transport, _TRANSPORT_METHODS, "sending", "write")
-        is not None
-    ):
-        STREAM_TRANSPORT_TYPES.add(type(transport))

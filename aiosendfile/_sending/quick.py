@@ -23,9 +23,8 @@ import io
 import logging
 from typing import Any, NamedTuple
 
-from .. import _core, _turns
-from .._transports import LOOP_MODULES, PathChoice, is_tls
-from .flow import STREAM_TRANSPORT_TYPES, is_stream_transport
+from .. import _core, _transports, _turns
+from .._transports import PLAIN_STREAM, PathChoice, is_plain_stream
 from .source import Source
 
 # Small responses, sent uncorked in one call: no longer than one step of the
@@ -38,6 +37,11 @@ QUICK = PathChoice("quick", "small and in the page cache: one call of the core")
 
 # What open(path, "rb") and open(path, "r+b") return: always readable.
 _READABLE_FILE_TYPES = (io.BufferedReader, io.BufferedRandom)
+# Module attributes the route reads on every call, bound once: a global, not a
+# global and an attribute, on the route where every lookup counts.
+_StreamWriter = asyncio.StreamWriter
+_BufferedRandom = io.BufferedRandom
+_DEBUG = logging.DEBUG
 
 
 class Sent(NamedTuple):
@@ -66,8 +70,8 @@ def send_quick(
         header = headers
     else:
         return None
-    transport = writer.transport if type(writer) is asyncio.StreamWriter else writer
-    if type(transport) not in _PLAIN_STREAM_TYPES and not _plain_stream(transport):
+    transport = writer.transport if type(writer) is _StreamWriter else writer
+    if _kinds.get(type(transport)) is not PLAIN_STREAM and not is_plain_stream(transport):
         return None
     if transport.is_closing() or transport.get_write_buffer_size() or transport in _sending_on:
         return None
@@ -75,7 +79,7 @@ def send_quick(
         in_fd = file.fileno()
     except ValueError:
         return None  # closed: the general path says so
-    if type(file) is io.BufferedRandom:
+    if type(file) is _BufferedRandom:
         file.flush()  # the application's own unflushed writes are part of the file
     last_transport, sock_fd = _last_socket
     if last_transport is not transport:
@@ -91,7 +95,7 @@ def send_quick(
     if result is None:
         return None
     owed, written = result
-    if log.isEnabledFor(logging.DEBUG):
+    if log.isEnabledFor(_DEBUG):
         log.debug("send %s: %s (%s)", owed, QUICK.path, QUICK.reason)
     header_size = len(header)
     if written == header_size + owed:
@@ -118,6 +122,9 @@ def quick_route_open(transport: Any, file: Any, source: Source) -> bool:
 # not a call, on the route where every call counts.
 _sending_on = _turns.holders()
 
+# What each transport class is (_transports's own table), looked up the same way.
+_kinds = _transports.kinds()
+
 # The last transport the quick route sent on, and its socket's descriptor: a
 # response after another on the same connection skips get_extra_info("socket"),
 # which on uvloop costs as much as the rest of the checks.  One entry, a strong
@@ -134,28 +141,10 @@ def _remember_socket(transport: Any) -> int:
     return sock_fd
 
 
-# The loops' own transport classes seen to be stream transports without TLS: one
-# set lookup instead of both tests, on the route where every call counts.
-_PLAIN_STREAM_TYPES: set[type] = set()
-
-
-def _plain_stream(transport: Any) -> bool:
-    """Whether the transport is a stream transport with zero-copy open (no TLS: the
-    general path's own test); remembered for the loops' own classes."""
-    cls = type(transport)
-    if cls not in STREAM_TRANSPORT_TYPES and not is_stream_transport(transport):
-        return False
-    if is_tls(transport):
-        return False
-    if cls.__module__.startswith(LOOP_MODULES):
-        _PLAIN_STREAM_TYPES.add(cls)  # TLS there is a class of its own
-    return True
-
-
 def _idle_socket(transport: Any) -> Any:
     """The socket of a plain stream transport with nothing queued and no send
     running; None otherwise."""
-    if type(transport) not in _PLAIN_STREAM_TYPES and not _plain_stream(transport):
+    if not is_plain_stream(transport):
         return None
     if transport.is_closing() or transport.get_write_buffer_size() or _turns.busy(transport):
         return None
