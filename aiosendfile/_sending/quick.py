@@ -118,7 +118,7 @@ def quick_route_open(transport: Any, file: Any, source: Source) -> bool:
         return False  # the kernel cannot tell: the general path reads it in first
 
 
-# Transports with a send running or waiting (_turns.s own table): a set lookup,
+# Transports with a send running or waiting (_turns' own table): a set lookup,
 # not a call, on the route where every call counts.
 _sending_on = _turns.holders()
 
