@@ -16,6 +16,7 @@ import pytest
 
 import aiosendfile
 from aiosendfile._core import Core
+from aiosendfile._settings import ENGINE
 
 from .conftest import Connection, RecordingProtocol, pattern, until_stalled
 from .footprint import open_fds
@@ -106,6 +107,9 @@ def _guard_reaches(conn: Connection, writer_kind: str) -> None:
         pytest.skip("uvloop's transports are C types whose write() cannot be shadowed")
 
 
+SECOND_SIZE = 6 * ENGINE.loop_budget + 1  # a second send no loop iteration or two can end
+
+
 async def test_send_write_during_send_raises(
     stalled_connection: Callable[..., Any],
     make_file: Callable[..., Path],
@@ -115,7 +119,7 @@ async def test_send_write_during_send_raises(
     """A write made while a send runs, or while a second one waits its turn, raises
     asyncio's own RuntimeError and never lands among the files' bytes (it did, at byte
     4,160,512 of 8 MiB, on both loops); writes after the sends go after them."""
-    path, second = make_file(8 * MiB), make_file(4 * MiB + 1, seed=2)
+    path, second = make_file(8 * MiB), make_file(SECOND_SIZE, seed=2)
     data = path.read_bytes()
     conn: Connection = await stalled_connection(transport_kind, writer_kind, sndbuf=64 * 1024)
     _guard_reaches(conn, writer_kind)
@@ -128,7 +132,9 @@ async def test_send_write_during_send_raises(
         with pytest.raises(RuntimeError, match="unable to write; sendfile is in progress"):
             conn.writer.writelines([b"MARKER"])
         # The peer stops again once the first send is done, so the second cannot end
-        # before the write below is tried: 4 MiB does not fit in the small buffers.
+        # before the write below is tried.  Until the pause takes effect (a loop
+        # iteration, and the peer's read in progress) a peer reading at full speed lets
+        # a send move a loop's budget per iteration: the second file is several of those.
         sending.add_done_callback(lambda _: conn.peer.pause())
         conn.peer.resume()
         assert await sending == len(data)
@@ -136,7 +142,7 @@ async def test_send_write_during_send_raises(
         with pytest.raises(RuntimeError, match="unable to write; sendfile is in progress"):
             conn.writer.write(b"MARKER")  # the second send has not finished
         conn.peer.resume()
-        assert await queued == 4 * MiB + 1
+        assert await queued == SECOND_SIZE
     conn.writer.write(b"AFTER")
     received = await conn.received_after_close()
     assert received == b"HEAD" + data + second.read_bytes() + b"AFTER"
