@@ -558,10 +558,16 @@ def test_serve_garbled_requests_get_one_log_line_each(
     server_factory.append(server)
     for name, data, _ in GARBLED:
         with open_connection(server.url, tls) as sock:
-            sock.sendall(data)
+            try:
+                sock.sendall(data)
+                whole = True
+            except (ConnectionError, ssl.SSLError):
+                # The server may answer and close before a long request is all sent (the
+                # 70 KB line, on a loaded machine): its log is still checked below.
+                whole = False
             if name.startswith("reset"):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            else:
+            elif whole:
                 reply = read_to_eof(sock)
                 assert reply.split(b" ", 2)[1][:1] == b"4", (name, reply[:200])
         with open_connection(server.url, tls) as sock:
