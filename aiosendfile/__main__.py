@@ -19,12 +19,22 @@ commands:
            aiosendfile (needs aiohttp; python -m aiosendfile serve --help)
 """
 
+NO_BENCH = (
+    "the benchmark is not installed: pip install 'aiosendfile[bench]' "
+    "(from a checkout: pip install -e examples/bench)"
+)
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in ("bench", "lag"):
-        from .bench.cli import main as bench
-
+        try:  # a distribution of its own (examples/bench/), the bench extra's
+            from aiosendfile_bench.cli import main as bench
+        except ModuleNotFoundError as exc:
+            if exc.name != "aiosendfile_bench":
+                raise
+            print(NO_BENCH, file=sys.stderr)
+            return 2
         return bench(args[1:], prog=f"python -m aiosendfile {args[0]}", lag=args[0] == "lag")
     if args and args[0] == "serve":
         from .serve import main as serve

@@ -1,4 +1,4 @@
-"""The tests' disks: a FUSE disk (aiosendfile/bench/slowfs.py) that can sleep in reads
+"""The tests' disks: a FUSE disk (the bench's slowfs.py) that can sleep in reads
 or in opens and stats, or fail writes, and a small tmpfs that fills up.  Each skips
 where it cannot be mounted, and fails instead under CI, which runs as root and
 installs FUSE."""
@@ -6,10 +6,13 @@ installs FUSE."""
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.util
 import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any, NoReturn
 
 import pytest
@@ -33,6 +36,26 @@ def require_fusepy() -> None:
         skip_without_fuse_disk(f"fusepy is not usable: {exc}")
 
 
+# The FUSE disk's one home is the bench (its lag workload's --lag-disk fuse mounts it);
+# the tests take the file from the checkout, so they need no bench installed.
+SLOWFS = Path(__file__).parents[1] / "examples" / "bench" / "aiosendfile_bench" / "slowfs.py"
+
+
+@functools.cache
+def load_slowfs() -> ModuleType:
+    """The bench's slowfs module: the checkout's file, else the installed bench's (CI runs
+    a copy of tests/ beside an installed bench)."""
+    if not SLOWFS.is_file():
+        from aiosendfile_bench import slowfs
+
+        return slowfs
+    spec = importlib.util.spec_from_file_location("slowfs", SLOWFS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @contextlib.contextmanager
 def fuse_disk(
     tmp_path: Path, *, read_delay: float = 0.0, **options: Any
@@ -40,7 +63,7 @@ def fuse_disk(
     """(backing directory, mount point) of a FUSE passthrough sleeping `read_delay`
     per read (`options`: slowfs.mounted's: open_delay, writable, fail_writes_after)."""
     require_fusepy()
-    from aiosendfile.bench import slowfs
+    slowfs = load_slowfs()
 
     backing, mountpoint = tmp_path / "backing", tmp_path / "mnt"
     backing.mkdir()

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiosendfile_bench import blocking, ftp, nginx, receiver
+from aiosendfile_bench.cli import WORKLOAD_NAMES
+from aiosendfile_bench.runner import MeasurementError
+from aiosendfile_bench.senders import REGISTRY, Sender
+from aiosendfile_bench.workloads import Job, Workload
 
 import aiosendfile
-from aiosendfile.bench import blocking, ftp, nginx, receiver
-from aiosendfile.bench.cli import WORKLOAD_NAMES
-from aiosendfile.bench.runner import MeasurementError
-from aiosendfile.bench.senders import REGISTRY, Sender
-from aiosendfile.bench.workloads import Job, Workload
 
 # The smallest run that still exercises every row and workload (all of them, by default).
 SMALLEST = "--size 4M --runs 1 --requests 20 --connections 8 --conn-size 1M".split()
@@ -39,7 +39,7 @@ NGINX_MISSING = REGISTRY["nginx"].unavailable()
 HTTP_ROWS = ("aiohttp", "aiohttp-dropin", "aiohttp-ourloop")
 # The bench as if aiohttp were not installed: find_spec() answers None for a None module.
 WITHOUT_AIOHTTP = (
-    "import sys; sys.modules['aiohttp'] = None; from aiosendfile.bench.cli import main; "
+    "import sys; sys.modules['aiohttp'] = None; from aiosendfile_bench.cli import main; "
     "sys.exit(main(sys.argv[1:], prog='python -m aiosendfile bench'))"
 )
 
@@ -380,8 +380,8 @@ FTP_SIZE = 4 << 20
 # (installed from a wheel: no examples/ beside it).
 WITHOUT_FTP = (
     "import sys; sys.modules['pyftpdlib'] = sys.modules['aioftp'] = None; "
-    "from aiosendfile.bench import ftp; ftp.checkout_example = lambda: None; "
-    "from aiosendfile.bench.cli import main; "
+    "from aiosendfile_bench import ftp; ftp.checkout_example = lambda: None; "
+    "from aiosendfile_bench.cli import main; "
     "sys.exit(main(sys.argv[1:], prog='python -m aiosendfile bench'))"
 )
 

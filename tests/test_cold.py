@@ -1,7 +1,8 @@
 """Cold files: pages not in the page cache never stall the loop, and still arrive exact.
 
 A file is made cold with fsync + posix_fadvise(POSIX_FADV_DONTNEED); a slow
-disk is a FUSE filesystem that sleeps before every read (aiosendfile/bench/slowfs.py).
+disk is a FUSE filesystem that sleeps before every read (the bench's
+slowfs.py, examples/bench/aiosendfile_bench/).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 send(path) and receive(path) open the path in a worker unless its directory is
 on a local filesystem (a verdict a worker takes from the first path there) and
 every component is in the dentry cache (openat2 RESOLVE_CACHED).  The slow
-filesystem is the FUSE disk of the cold-file tests (aiosendfile/bench/slowfs.py)
+filesystem is the FUSE disk of the cold-file tests (the bench's slowfs.py)
 made to sleep in open, create and getattr too.
 """
 

@@ -1,5 +1,6 @@
 """python -m aiosendfile --version names the version and the core; the version is the
-one the package's metadata and the changelog give."""
+one the package's metadata and the changelog give, and the benchmark's (a distribution of
+its own, examples/bench/, that the bench extra pins)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import importlib.metadata
 import importlib.util
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ import aiosendfile
 from .subprocesses import env_importing_this_package
 
 CHANGES = Path(__file__).resolve().parent.parent / "CHANGES.rst"
+BENCH_PROJECT = CHANGES.parent / "examples" / "bench" / "pyproject.toml"
 
 
 def version_line(environ: dict[str, str]) -> str:
@@ -54,3 +57,31 @@ def test_changelog_has_the_version() -> None:
     if not CHANGES.exists():
         pytest.skip("CHANGES.rst is not beside the tests (the tests of an installed package)")
     assert f"\n{aiosendfile.__version__} (" in CHANGES.read_text()
+
+
+def test_bench_extra_pins_this_version() -> None:
+    try:
+        requires = importlib.metadata.requires("aiosendfile") or []
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("aiosendfile is imported from a checkout that is not installed")
+    bench = [r for r in requires if r.endswith('extra == "bench"')]
+    assert bench == [f'aiosendfile-bench=={aiosendfile.__version__}; extra == "bench"']
+
+
+def test_bench_is_this_version() -> None:
+    """The bench's version is aiosendfile's, and it pins aiosendfile to it: in the
+    checkout's examples/bench/pyproject.toml, and in the installed bench's metadata."""
+    found: list[tuple[str, list[str]]] = []
+    if BENCH_PROJECT.exists():
+        project = tomllib.loads(BENCH_PROJECT.read_text())["project"]
+        found.append((project["version"], project["dependencies"]))
+    try:
+        installed = importlib.metadata.version("aiosendfile-bench")
+        found.append((installed, importlib.metadata.requires("aiosendfile-bench") or []))
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    if not found:
+        pytest.skip("neither the checkout's examples/bench/ nor an installed bench is here")
+    for version, requires in found:
+        assert version == aiosendfile.__version__
+        assert f"aiosendfile=={aiosendfile.__version__}" in requires

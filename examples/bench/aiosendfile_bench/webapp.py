@@ -84,7 +84,7 @@ async def serve_aiohttp(ctx: Context, dropin: bool) -> None:
         app,
         handle_signals=False,
         access_log_class=Count,
-        access_log=logging.getLogger("aiosendfile.bench.access"),
+        access_log=logging.getLogger("aiosendfile_bench.access"),
     )
     await runner.setup()
     try:

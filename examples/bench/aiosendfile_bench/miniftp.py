@@ -1,6 +1,6 @@
 """The FTP tables' blocking rows: just enough FTP for one ``curl ftp://`` download.
 
-    python -m aiosendfile.bench.miniftp --root DIR --send pread-send|sendfile-corked|sendfile
+    python -m aiosendfile_bench.miniftp --root DIR --send pread-send|sendfile-corked|sendfile
 
 What a C server does under the same client: one control connection at a
 time, in a plain thread, with blocking sockets; RETR sends the file over the
@@ -121,7 +121,7 @@ class Session:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m aiosendfile.bench.miniftp")
+    parser = argparse.ArgumentParser(prog="python -m aiosendfile_bench.miniftp")
     parser.add_argument("--root", required=True, help="the folder whose files are served")
     parser.add_argument("--send", choices=STRATEGIES, required=True, help="how RETR sends")
     args = parser.parse_args(argv)

@@ -1,8 +1,8 @@
 """The workloads, and the wire protocol that every row and the receiver speak.
 
 This module is the contract between the two processes of one measurement: a
-server running one row (`aiosendfile.bench.server`) and the receiver
-(`aiosendfile.bench.receiver`, the other end: it receives what the rows send,
+server running one row (`aiosendfile_bench.server`) and the receiver
+(`aiosendfile_bench.receiver`, the other end: it receives what the rows send,
 and sends what the upload rows receive).  Both import it; nothing here does
 any I/O.
 
@@ -40,7 +40,7 @@ included (a real HTTP server, which answers nothing else):
   response (one for a stream, ``warmup + requests`` for requests).
 - ``ftp`` workloads (``ftp-download``, ``ftp-upload``): real FTP servers,
   programs of their own, against curl; they speak FTP, not this protocol, and
-  are measured by `aiosendfile.bench.ftp`, not by the server and receiver
+  are measured by `aiosendfile_bench.ftp`, not by the server and receiver
   processes.
 
 Everywhere, only file (body) bytes count: response heads differ from server

@@ -4,7 +4,7 @@ The sender interface
 ====================
 
 A row is a `Sender` subclass decorated with `@register`.  Each measurement of
-a row runs in a server process of its own (`aiosendfile.bench.server`), which
+a row runs in a server process of its own (`aiosendfile_bench.server`), which
 builds a `serving.Context` (the job, a listening socket on 127.0.0.1, the open
 file, the TLS context) and calls the row's `serve(ctx)`.  Class attributes:
 
@@ -52,14 +52,14 @@ bytes to the file at ``path`` and returns how many it wrote.
 A row with a server of its own (aiohttp's ``FileResponse``) overrides
 ``serve(ctx)``: it serves on ``ctx.listener`` (``ctx.ssl`` for TLS) and keeps
 to the same protocol, HTTP/1.1: the aiohttp rows (`AiohttpRow`) serve the http
-workloads with an aiohttp app (`aiosendfile.bench.webapp`).
+workloads with an aiohttp app (`aiosendfile_bench.webapp`).
 
 A row that is a program of its own and speaks the same protocol (nginx:
-`aiosendfile.bench.nginx`) overrides ``launch(job)``, which starts the server
+`aiosendfile_bench.nginx`) overrides ``launch(job)``, which starts the server
 of one measurement (by default, a bench server process that calls
 ``serve(ctx)``); the receiver measures it like any other row.
 
-The FTP rows (`aiosendfile.bench.ftp`) are other programs (FTP servers, and
+The FTP rows (`aiosendfile_bench.ftp`) are other programs (FTP servers, and
 curl as the client) and are measured by ``ftp.measure()``: they register here
 like the others, but never serve in a bench server process.  ``unavailable()``
 says why a row cannot run here (a program missing), or None.

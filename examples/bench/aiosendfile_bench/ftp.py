@@ -13,7 +13,7 @@ and over TLS, against:
   ``sendfile(2)`` for plain downloads); its FTPS needs pyOpenSSL;
 - aioftp as installed (``aioftp.Server`` with its defaults: 8 KiB blocks),
   and with ``block_size`` = 256 KiB, started by this module
-  (``python -m aiosendfile.bench.ftp aioftp ...``: its own command line has
+  (``python -m aiosendfile_bench.ftp aioftp ...``: its own command line has
   no TLS and no block size).  aioftp has no AUTH TLS: its TLS is implicit
   (``ftps://``, TLS from the connection's first byte), the others' explicit
   (``curl --ssl-reqd``: AUTH TLS, PROT P);
@@ -157,7 +157,7 @@ class AioftpRow(FtpRow):
     def command(
         self, root: str, tls: tuple[str, str, str] | None, example: Path | None
     ) -> list[str]:
-        argv = [sys.executable, "-m", "aiosendfile.bench.ftp", "aioftp", "--root", root]
+        argv = [sys.executable, "-m", "aiosendfile_bench.ftp", "aioftp", "--root", root]
         if self.block_size is not None:
             argv += ["--block-size", str(self.block_size)]
         return argv + (["--tls-cert", tls[0], "--tls-key", tls[1]] if tls else [])
@@ -175,7 +175,7 @@ class BlockingRow(FtpRow):
         return [
             sys.executable,
             "-m",
-            "aiosendfile.bench.miniftp",
+            "aiosendfile_bench.miniftp",
             "--root",
             root,
             "--send",
@@ -264,7 +264,7 @@ class BlockingPreadSend(BlockingRow):
     name = "blocking-pread-send"
     title = (
         "what a C server does under curl, copying: a blocking thread, 256 KiB preadv() into one "
-        "buffer + send() (just enough FTP for curl, python -m aiosendfile.bench.miniftp)"
+        "buffer + send() (just enough FTP for curl, python -m aiosendfile_bench.miniftp)"
     )
     send = "pread-send"
 
@@ -487,11 +487,11 @@ def measure(
     )
 
 
-# --- python -m aiosendfile.bench.ftp aioftp: the aioftp rows' server ---
+# --- python -m aiosendfile_bench.ftp aioftp: the aioftp rows' server ---
 
 
 def serve_aioftp(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m aiosendfile.bench.ftp aioftp")
+    parser = argparse.ArgumentParser(prog="python -m aiosendfile_bench.ftp aioftp")
     parser.add_argument("--root", required=True)
     parser.add_argument("--block-size", type=int, help="default: aioftp's own (8 KiB)")
     parser.add_argument("--tls-cert")
@@ -522,6 +522,6 @@ def serve_aioftp(argv: Sequence[str]) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] != ["aioftp"]:
-        print("usage: python -m aiosendfile.bench.ftp aioftp --root DIR [...]", file=sys.stderr)
+        print("usage: python -m aiosendfile_bench.ftp aioftp --root DIR [...]", file=sys.stderr)
         sys.exit(2)
     sys.exit(serve_aioftp(sys.argv[2:]))

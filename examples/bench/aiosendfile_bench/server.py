@@ -1,6 +1,6 @@
 """The server process of one measurement: one row serving (or receiving) one workload.
 
-    python -m aiosendfile.bench.server JOB_JSON
+    python -m aiosendfile_bench.server JOB_JSON
 
 Writes two JSON lines on stdout: ``{"event": "ready", "port": N}`` once it
 accepts connections, and ``{"event": "done", ...}`` with its own CPU seconds
@@ -24,7 +24,7 @@ from .workloads import Job
 def main(argv: Sequence[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m aiosendfile.bench.server JOB_JSON", file=sys.stderr)
+        print("usage: python -m aiosendfile_bench.server JOB_JSON", file=sys.stderr)
         return 2
     # Ctrl-C reaches the whole process group: the orchestrator ends us, quietly.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

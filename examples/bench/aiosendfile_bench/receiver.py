@@ -1,6 +1,6 @@
 """The receiver process: the other end of every measurement, and never the bottleneck.
 
-    python -m aiosendfile.bench.receiver
+    python -m aiosendfile_bench.receiver
 
 Reads one `workloads.Fetch` per line on stdin and answers one JSON line on
 stdout: the bytes and responses moved, the time from the first connect() to

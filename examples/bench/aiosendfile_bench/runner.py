@@ -5,7 +5,7 @@ The server is the row's: a bench server process running the row's serve()
 way a `Server`.  Every wait is bounded; a server that outlives its measurement,
 for whatever reason, is killed on the way out.
 
-Every child process imports the aiosendfile this orchestrator runs
+Every child process imports the aiosendfile and the bench this orchestrator runs
 (`child_environment`): from the folder above a checkout, ``import aiosendfile``
 would otherwise find the checkout's folder, a namespace package without the API.
 """
@@ -25,12 +25,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+import aiosendfile
+
 from .files import Served
 from .results import MB, Sample
 from .workloads import Fetch, Job, Placement, Transport, Workload
 
-# The folder that holds the aiosendfile package this code belongs to.
-PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent.parent)
+# The folder that holds the aiosendfile package this bench runs, and the one that holds
+# this bench (the same where both are installed, not in a checkout).
+PACKAGE_ROOT = str(Path(aiosendfile.__file__).resolve().parent.parent)
+BENCH_ROOT = str(Path(__file__).resolve().parent.parent)
 
 NO_EXTENSIONS = "AIOSENDFILE_NO_EXTENSIONS"  # forces aiosendfile's pure-Python core
 READY_TIMEOUT = 30.0  # seconds for a server process to start and listen
@@ -72,15 +76,16 @@ class _Lines:
 
 def child_environment(changes: Mapping[str, str | None] = {}) -> dict[str, str]:
     """This process's environment with `changes` (None removes a variable), and
-    PACKAGE_ROOT first on PYTHONPATH: a child imports this aiosendfile, whatever its
-    working directory holds."""
+    PACKAGE_ROOT and BENCH_ROOT first on PYTHONPATH: a child imports this aiosendfile
+    and this bench, whatever its working directory holds."""
     environ = dict(os.environ)
     for name, value in changes.items():
         if value is None:
             environ.pop(name, None)
         else:
             environ[name] = value
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, environ.get("PYTHONPATH")]))
+    first = dict.fromkeys([PACKAGE_ROOT, BENCH_ROOT])  # one entry where they are one folder
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [*first, environ.get("PYTHONPATH")]))
     return environ
 
 
@@ -133,13 +138,13 @@ class Row(Protocol):
 
 
 class ServerProcess:
-    """`python -m aiosendfile.bench.server JOB`: one row serving one workload."""
+    """`python -m aiosendfile_bench.server JOB`: one row serving one workload."""
 
     def __init__(self, job: Job, env: Mapping[str, str | None]) -> None:
         # A file, not a pipe: a server that logs a lot cannot block on a full pipe.
         self._stderr = tempfile.TemporaryFile()
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "aiosendfile.bench.server", job.to_json()],
+            [sys.executable, "-m", "aiosendfile_bench.server", job.to_json()],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -183,7 +188,7 @@ class ServerProcess:
 
 
 class ReceiverProcess:
-    """`python -m aiosendfile.bench.receiver`, started on first use, restarted after a failure."""
+    """`python -m aiosendfile_bench.receiver`, started on first use, restarted after a failure."""
 
     def __init__(self) -> None:
         self._process: subprocess.Popen[bytes] | None = None
@@ -208,7 +213,7 @@ class ReceiverProcess:
     def _start(self) -> tuple[subprocess.Popen[bytes], _Lines]:
         if self._process is None or self._lines is None:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "aiosendfile.bench.receiver"],
+                [sys.executable, "-m", "aiosendfile_bench.receiver"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=child_environment(),

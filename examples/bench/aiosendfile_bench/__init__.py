@@ -1,4 +1,5 @@
-"""The benchmark suite: ``python -m aiosendfile bench`` (see cli.py).
+"""The benchmark suite: ``python -m aiosendfile bench`` (see cli.py), a distribution of
+its own (examples/bench/pyproject.toml) that the ``bench`` extra of aiosendfile installs.
 
 One module per job:
 

@@ -1,6 +1,6 @@
 """A slow disk: a read-only FUSE passthrough that sleeps before every read.
 
-    python -m aiosendfile.bench.slowfs BACKING_DIR MOUNTPOINT DELAY_SECONDS
+    python -m aiosendfile_bench.slowfs BACKING_DIR MOUNTPOINT DELAY_SECONDS
         [--open-delay SECONDS] [--writable] [--fail-writes-after BYTES]
 
 --open-delay also sleeps in every open, create and getattr (stat, and the
@@ -53,11 +53,13 @@ def mounted(
     options = ["--open-delay", str(open_delay)] + (["--writable"] if writable else [])
     if fail_writes_after is not None:
         options += ["--fail-writes-after", str(fail_writes_after)]
+    # Its own file, not -m: the tests load this module from the checkout's file, with or
+    # without the bench installed (-P: the file's folder, the bench's, not on sys.path).
     server = subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "aiosendfile.bench.slowfs",
+            "-P",
+            os.path.abspath(__file__),
             str(backing),
             str(mountpoint),
             str(delay),
@@ -146,7 +148,7 @@ def _serve(
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m aiosendfile.bench.slowfs")
+    parser = argparse.ArgumentParser(prog="python -m aiosendfile_bench.slowfs")
     parser.add_argument("backing")
     parser.add_argument("mountpoint")
     parser.add_argument("delay", type=float, help="seconds each read sleeps")
