@@ -13,6 +13,7 @@ would otherwise find the checkout's folder, a namespace package without the API.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import select
@@ -25,15 +26,25 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-import aiosendfile
-
 from .files import Served
 from .results import MB, Sample
 from .workloads import Fetch, Job, Placement, Transport, Workload
 
+
+def _package_root() -> str:
+    """The folder that holds the aiosendfile package this bench runs.  Found from one of
+    its modules, not from ``aiosendfile.__file__``: from the folder above a checkout, with
+    an editable install, ``aiosendfile`` is the checkout's folder, a namespace package
+    without one, while its modules still come from the package (the install's finder)."""
+    spec = importlib.util.find_spec("aiosendfile.__main__")
+    if spec is None or spec.origin is None:
+        raise ImportError("aiosendfile is not installed")
+    return str(Path(spec.origin).resolve().parent.parent)
+
+
 # The folder that holds the aiosendfile package this bench runs, and the one that holds
 # this bench (the same where both are installed, not in a checkout).
-PACKAGE_ROOT = str(Path(aiosendfile.__file__).resolve().parent.parent)
+PACKAGE_ROOT = _package_root()
 BENCH_ROOT = str(Path(__file__).resolve().parent.parent)
 
 NO_EXTENSIONS = "AIOSENDFILE_NO_EXTENSIONS"  # forces aiosendfile's pure-Python core
