@@ -6,7 +6,7 @@ from . import _core
 from ._errors import IncompleteReceiveError, SendfileNotAvailableError, TransportClosingError
 from ._receiving.api import receive
 from ._sending.api import send, which_path
-from ._sending.buffered import get_chunk_size, set_chunk_size
+from ._settings import get_chunk_size, set_chunk_size
 from ._transports import PathChoice
 
 __version__ = "0.1.0"

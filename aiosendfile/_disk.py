@@ -23,9 +23,10 @@ import collections
 import functools
 import os
 import threading
-import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from . import _loop_state
 
 T = TypeVar("T")
 
@@ -51,30 +52,32 @@ class _Job:
         self.discard = discard  # given what a job returns once nobody waits for it
 
 
-class _JobQueue:
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+class JobQueue:
+    """One loop's disk jobs (its LoopState's `disk`): those running and those waiting."""
+
+    def __init__(self) -> None:
         self.running = 0
         self.waiting: collections.deque[_Job] = collections.deque()
 
     def submit(
         self, run: Callable[[], T], owned_fd: int | None, discard: Callable[[T], None] | None
     ) -> asyncio.Future[T]:
-        result: asyncio.Future[T] = self.loop.create_future()
+        loop = asyncio.get_running_loop()
+        result: asyncio.Future[T] = loop.create_future()
         job = _Job(result, run, owned_fd, discard)
         if owned_fd is not None:
             result.add_done_callback(functools.partial(_close_if_dropped, job))
         self.waiting.append(job)
-        self._start_more()
+        self._start_more(loop)
         return result
 
-    def _start_more(self) -> None:
+    def _start_more(self, loop: asyncio.AbstractEventLoop) -> None:
         while self.running < MAX_JOBS and self.waiting:
             job = self.waiting.popleft()
             if job.result.done():
                 continue  # its send ended (cancelled) before the job could start
             try:
-                running = self.loop.run_in_executor(None, job.run)
+                running = loop.run_in_executor(None, job.run)
             except RuntimeError as exc:  # the executor is shut down: the loop is closing
                 job.result.set_exception(exc)
                 continue  # the result's callback closes the job's descriptor
@@ -96,7 +99,7 @@ class _JobQueue:
             result.set_exception(running.exception())  # type: ignore[arg-type]
         else:
             result.set_result(running.result())
-        self._start_more()
+        self._start_more(running.get_loop())
 
 
 def _close_if_dropped(job: _Job, result: asyncio.Future[Any]) -> None:
@@ -105,11 +108,6 @@ def _close_if_dropped(job: _Job, result: asyncio.Future[Any]) -> None:
     fd, job.fd = job.fd, None
     if fd is not None:
         os.close(fd)
-
-
-_queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _JobQueue] = (
-    weakref.WeakKeyDictionary()
-)
 
 
 def submit(
@@ -125,11 +123,10 @@ def submit(
     loop with what the job returned when it finished after its caller stopped
     waiting (cancelled): a job that opens a file closes it that way.
     """
-    loop = asyncio.get_running_loop()
-    queue = _queues.get(loop)
-    if queue is None:
-        queue = _queues[loop] = _JobQueue(loop)
-    return queue.submit(job, owned_fd, discard)
+    state = _loop_state.current()
+    if state.disk is None:
+        state.disk = JobQueue()
+    return state.disk.submit(job, owned_fd, discard)
 
 
 def pread(fd: int, size: int, offset: int) -> asyncio.Future[bytes]:

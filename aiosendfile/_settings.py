@@ -1,8 +1,9 @@
 """The engine's settings: read at every use, so a change applies to later steps.
 
-Not a public API: the benchmark sets them (the lag workload's `aiosendfile-blind`
-row uses `blind()` to show what the page-cache checks and fair shares are worth;
-the upload workload compares pipe sizes).
+Public through set_chunk_size() and get_chunk_size() only.  The benchmark sets the
+others (the lag workload's `aiosendfile-blind` row uses `blind()` to show what the
+page-cache checks and fair shares are worth; the upload workload compares pipe
+sizes).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 MiB = 1024 * 1024
+DEFAULT_CHUNK_SIZE = 256 * 1024
 # Below this, each writable event's Python and epoll costs dominate the CPU of many
 # sends at once (docs/benchmarks.md, "Settings chosen by measurement", has the figures).
 DEFAULT_MIN_SHARE = 512 * 1024
@@ -33,9 +35,27 @@ class EngineSettings:
     # one pipe's worth, and the default 64 KiB pipe holds 16 socket buffers, often
     # far less than 64 KiB of data.  1 MiB is /proc/sys/fs/pipe-max-size by default.
     pipe_size: int = MiB
+    # The buffered path's largest read, and its largest write to a plain transport
+    # (a TLS transport takes smaller ones: _sending/buffered.py).  asyncio's 16 KiB
+    # is several times slower over TLS (docs/usage.md, "Which path is taken").
+    chunk_size: int = DEFAULT_CHUNK_SIZE
 
 
 ENGINE = EngineSettings()
+
+
+def set_chunk_size(nbytes: int) -> None:
+    """Sets the buffered path's largest read for later sends (default 256 KiB)."""
+    if not isinstance(nbytes, int) or isinstance(nbytes, bool):
+        raise TypeError(f"chunk size must be an int, not {type(nbytes).__name__}")
+    if nbytes < 1:
+        raise ValueError(f"chunk size must be >= 1 (got {nbytes})")
+    ENGINE.chunk_size = nbytes
+
+
+def get_chunk_size() -> int:
+    """The buffered path's largest read."""
+    return ENGINE.chunk_size
 
 
 def blind() -> None:

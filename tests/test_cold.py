@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import aiosendfile
-from aiosendfile import _disk
+from aiosendfile import _loop_state
 from aiosendfile._core import Core
 
 from .conftest import Connection, pattern
@@ -157,7 +157,7 @@ async def test_cancel_cold_send_leaves_no_worker(
         with pytest.raises(asyncio.CancelledError):
             await sending
         position = f.tell()
-    queue = _disk._queues.get(asyncio.get_running_loop())
+    queue = _loop_state.current().disk
     for _ in range(200):  # a read already in a worker ends on its own, within a few ms
         if queue is None or (queue.running == 0 and not queue.waiting):
             break

@@ -197,7 +197,7 @@ async def test_buffered_chunks_are_fresh_objects(
         conn.peer.resume()
         assert await sending == len(data)
     finally:
-        aiosendfile.set_chunk_size(aiosendfile._sending.buffered.DEFAULT_CHUNK_SIZE)
+        aiosendfile.set_chunk_size(aiosendfile._settings.DEFAULT_CHUNK_SIZE)
     handed = recorder.handed
     assert len({id(c) for c in handed}) == len(handed) > 10
     assert b"".join(bytes(c) for c in handed) == data

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 import aiosendfile
-from aiosendfile import _disk, _files
+from aiosendfile import _disk, _files, _loop_state
 from aiosendfile._core import Core
 
 from .conftest import Connection, Peer, pattern
@@ -324,7 +324,7 @@ async def test_stuck_receives_leave_the_disk_workers_to_send(
         conn.transport.abort()
         await joined(sender)
     assert _files.opened_where["worker"] == in_workers + 1, "not opened by a worker"
-    queue = _disk._queues.get(loop)
+    queue = _loop_state.current().disk
     assert queue is not None and queue.running == 0  # no worker was left busy
     assert elapsed < 5.0
 

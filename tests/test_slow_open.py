@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import aiosendfile
-from aiosendfile import _disk, _files
+from aiosendfile import _files, _loop_state
 from aiosendfile._core import Core
 
 from .conftest import Connection, pattern
@@ -49,7 +49,7 @@ def since(before: dict[str, int]) -> dict[str, int]:
 
 
 async def wait_for_idle_workers() -> None:
-    queue = _disk._queues.get(asyncio.get_running_loop())
+    queue = _loop_state.current().disk
     for _ in range(300):
         if queue is None or (queue.running == 0 and not queue.waiting):
             return

@@ -8,9 +8,9 @@ import logging
 from .. import _core
 from .._errors import IncompleteReceiveError, transport_closing
 from .._files import close_file_argument, start_file_argument
+from .._holds import hold
 from .._progress import Progress
 from .._transports import PathChoice, zero_copy_refusal
-from .._turns import end_turn, take_turn
 from .._types import Reader, ReceiveWriter, TargetFile
 from .buffered import receive_buffered
 from .reading import ReadSide, read_side
@@ -156,94 +156,62 @@ async def receive(
     side = read_side(reader, writer)
     _check_arguments(count, offset, progress)
     opened = start_file_argument(file, "write", Target)
+    target: Target | None = None
+    opening: asyncio.Future[Target] | None = None
     if isinstance(opened, Target):
-        target: Target | None = opened
-        opening = None
-        try:
-            opened.hold_descriptor()  # before the first wait: the application may close its file
-            start = opened.start(offset)  # a file given open is checked before the turn
-        except BaseException:
-            opened.close()
-            raise
+        target = opened
     else:
-        target, opening = None, opened  # a path: a worker opens it (creating, truncating)
+        opening = opened  # a path: a worker opens it (creating, truncating)
+    start: int | None = None
     try:
-        await take_turn(side.key)  # receives run in call order, paths included
+        if target is not None:
+            target.hold_descriptor()  # before the first wait: the application may close its file
+            start = target.start(offset)  # a file given open is checked before the turn
+        async with hold(side.key):  # receives run in call order, paths included
+            try:
+                if opening is not None:
+                    target = await _opened_in_turn(side, opening)
+                    start = target.start(offset)
+                assert target is not None  # given open, or opened by now
+                receipt = Receipt(side, target, start, count, progress)
+                try:
+                    await _run(receipt)
+                except ConnectionError:
+                    if not receipt.file_failed:  # a pipe as the file can raise BrokenPipeError
+                        side.transport.abort()  # as send(): a broken stream is closed, not reused
+                    raise
+                finally:
+                    target.set_position(receipt.position)
+            finally:
+                # The file is closed (in a worker if one opened it) before reading is
+                # restored, and the turn passes on after both: no loop iteration passes
+                # between restoring reading and returning.
+                try:
+                    if target is not None:
+                        await close_file_argument(target)
+                finally:
+                    side.restore()
     except BaseException:
         if opening is not None:
-            opening.cancel()  # a file the worker opens anyway is closed by the queue
-        elif target is not None:
-            target.close()
+            opening.cancel()  # not opened yet: what the worker opens anyway, the queue closes
+        if target is not None and not target.owned:
+            target.close()  # a file given open that never got its turn (closing twice is nothing)
         raise
-    if opening is not None:
-        target, start = await _opened_in_turn(side, opening, offset)
-    assert target is not None  # given open, or opened by now
-    return await _receive_in_turn(side, target, start, count, progress)
+    if count is not None and receipt.received < count:
+        raise IncompleteReceiveError(receipt.received, count)
+    receipt.report()
+    return receipt.received
 
 
-async def _opened_in_turn(
-    side: ReadSide, opening: asyncio.Future[Target], offset: int | None
-) -> tuple[Target, int | None]:
-    """The file a worker opens for a receive holding its turn (ended here if this fails)."""
+async def _opened_in_turn(side: ReadSide, opening: asyncio.Future[Target]) -> Target:
+    """The file a worker opens for a receive holding its turn."""
     if side.transport.is_reading():
         # What arrives while the worker opens stays in the socket, for splice(2): a
         # raw transport's protocol would be handed it, a StreamReader would copy it.
         # (A transport not reading, paused by its reader's flow control or by the
         # application, receives nothing meanwhile and is left to _run.)
         side.pause()
-    try:
-        target = await opening
-    except BaseException:
-        side.restore()
-        end_turn(side.key)
-        raise
-    try:
-        return target, target.start(offset)
-    except BaseException:
-        try:
-            await close_file_argument(target)
-        finally:
-            side.restore()
-            end_turn(side.key)
-        raise
-
-
-async def _receive_in_turn(
-    side: ReadSide,
-    target: Target,
-    start: int | None,
-    count: int | None,
-    progress: Progress | None,
-) -> int:
-    """The rest of receive(), holding the turn on the reader (ended here).  The file
-    is closed (in a worker if one opened it) before reading is restored: no loop
-    iteration passes between restoring it and returning."""
-    closed = False
-    try:
-        receipt = Receipt(side, target, start, count, progress)
-        try:
-            await _run(receipt)
-        except ConnectionError:
-            if not receipt.file_failed:  # a pipe as the file can raise BrokenPipeError
-                side.transport.abort()  # as send(): a broken stream is closed, not reused
-            raise
-        finally:
-            try:
-                target.set_position(receipt.position)
-                closed = True
-                await close_file_argument(target)
-            finally:
-                side.restore()
-    finally:
-        try:
-            if not closed:  # Receipt() raised
-                await close_file_argument(target)
-        finally:
-            end_turn(side.key)
-    if count is not None and receipt.received < count:
-        raise IncompleteReceiveError(receipt.received, count)
-    receipt.report()
-    return receipt.received
+    return await opening
 
 
 async def _run(receipt: Receipt) -> None:

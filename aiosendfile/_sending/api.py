@@ -15,13 +15,12 @@ from .._files import (
     open_file_argument,
     start_file_argument,
 )
+from .._holds import send_hold
 from .._progress import Progress
 from .._transports import PathChoice, zero_copy_refusal
-from .._turns import claim_turn, end_turn, take_turn
 from .._types import Buffers, SourceFile, Writer
 from .buffered import send_buffered
 from .flow import Flow
-from .guard import hold_writes, release_writes
 from .quick import QUICK, Sent, quick_route_open, send_quick
 from .source import Source
 from .transfer import Transfer
@@ -203,22 +202,14 @@ async def _send(
     try:
         if source is not None:
             choice = _prepare(flow, source, offset, fallback)
-        hold_writes(transport, flow.stream_writer)
-        try:
-            if not claim_turn(transport):  # the uncontended case costs no await
-                await take_turn(transport)
-            try:
-                if opening is not None:
-                    source = await opening
-                    choice = _prepare(flow, source, offset, fallback)
-                assert source is not None  # given open, or opened by now
-                transfer = await _send_in_turn(
-                    flow, source, choice, offset, count, header, trailer, fallback, progress
-                )  # fmt: skip
-            finally:
-                end_turn(transport)
-        finally:
-            release_writes(transport)
+        async with send_hold(transport, flow.stream_writer):
+            if opening is not None:
+                source = await opening
+                choice = _prepare(flow, source, offset, fallback)
+            assert source is not None  # given open, or opened by now
+            transfer = await _send_in_turn(
+                flow, source, choice, offset, count, header, trailer, fallback, progress
+            )  # fmt: skip
     except BaseException:
         if opening is not None:
             opening.cancel()  # not opened yet: the queue closes what it opens

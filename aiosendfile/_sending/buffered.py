@@ -52,13 +52,11 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _linux
+from .._settings import ENGINE
 from .._transports import is_tls
 from .chunks import ChunkReader
 from .flow import Flow
 from .transfer import Transfer
-
-DEFAULT_CHUNK_SIZE = 256 * 1024  # 16 KiB (asyncio's) is ~6x slower over TLS here
-_chunk_size = DEFAULT_CHUNK_SIZE
 
 # The most one write() hands a TLS transport (two TLS records): its memory BIO grows
 # to the largest encrypted write and never shrinks, so every TLS connection keeps
@@ -80,21 +78,6 @@ _PEER_CHECK_EVERY = 4
 _NOTHING = memoryview(b"")
 # A hung-up socket's pending error that is already a ConnectionError subclass.
 _PEER_GONE = frozenset((errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED))
-
-
-def set_chunk_size(nbytes: int) -> None:
-    """Sets the buffered path's largest read for later sends (default 256 KiB)."""
-    global _chunk_size
-    if not isinstance(nbytes, int) or isinstance(nbytes, bool):
-        raise TypeError(f"chunk size must be an int, not {type(nbytes).__name__}")
-    if nbytes < 1:
-        raise ValueError(f"chunk size must be >= 1 (got {nbytes})")
-    _chunk_size = nbytes
-
-
-def get_chunk_size() -> int:
-    """The buffered path's largest read."""
-    return _chunk_size
 
 
 class Room:
@@ -379,7 +362,7 @@ async def send_buffered(transfer: Transfer) -> None:
     reader = None
     room = None
     try:
-        room = Room(flow, _chunk_size)  # in the tick the transport was found open
+        room = Room(flow, ENGINE.chunk_size)  # in the tick the transport was found open
         room.hold()  # the header leaves with the file's first bytes
         if transfer.header:
             flow.write(bytes(transfer.header))

@@ -23,7 +23,7 @@ import io
 import logging
 from typing import Any, NamedTuple
 
-from .. import _core, _transports, _turns
+from .. import _core, _holds, _transports
 from .._transports import PLAIN_STREAM, PathChoice, is_plain_stream
 from .source import Source
 
@@ -118,19 +118,22 @@ def quick_route_open(transport: Any, file: Any, source: Source) -> bool:
         return False  # the kernel cannot tell: the general path reads it in first
 
 
-# Transports with a send running or waiting (_turns' own table): a set lookup,
+# Transports with a send running or waiting (_holds' own table): a set lookup,
 # not a call, on the route where every call counts.
-_sending_on = _turns.holders()
+_sending_on = _holds.holders()
 
 # What each transport class is (_transports's own table), looked up the same way.
 _kinds = _transports.kinds()
 
 # The last transport the quick route sent on, and its socket's descriptor: a
 # response after another on the same connection skips get_extra_info("socket"),
-# which on uvloop costs as much as the rest of the checks.  One entry, a strong
-# reference (uvloop transports take no weak ones) held until a send on another
-# transport; used only while the transport is not closing, so the descriptor is
-# still the transport's own.
+# which on uvloop costs as much as the rest of the checks.  Not the transport's
+# state but a one-entry cache of the route's last lookup: a strong reference
+# (uvloop transports take no weak ones), so one entry in all, held until a send on
+# another transport (one per loop would keep every loop that ever sent alive).
+# Used only while the transport is not closing, so the descriptor is still the
+# transport's own; a tuple, replaced whole, so threads running loops of their own
+# read a pair that belongs together.
 _last_socket: tuple[Any, int] = (None, -1)
 
 
@@ -146,6 +149,6 @@ def _idle_socket(transport: Any) -> Any:
     running; None otherwise."""
     if not is_plain_stream(transport):
         return None
-    if transport.is_closing() or transport.get_write_buffer_size() or _turns.busy(transport):
+    if transport.is_closing() or transport.get_write_buffer_size() or _holds.busy(transport):
         return None
     return transport.get_extra_info("socket")

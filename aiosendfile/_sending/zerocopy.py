@@ -26,19 +26,16 @@ from __future__ import annotations
 import asyncio
 import os
 
-from .. import _core, _disk
+from .. import _core, _disk, _loop_state
 from .._errors import Action, cannot_tell, classify, transport_closing
 from .._files import MAX_FILE_POSITION
+from .._holds import IN_PROGRESS
 from .._linux import TCP_FAMILIES
 from .._readiness import run_on_events
 from .._settings import ENGINE
-from .guard import IN_PROGRESS
 from .transfer import Transfer
 
 READ_AHEAD = 4 * 1024 * 1024  # residency window, and the size of one disk read
-
-# Sends waiting on each loop (a plain dict: an entry lives only while its count is > 0).
-_sends_per_loop: dict[asyncio.AbstractEventLoop, int] = {}
 
 
 class ZeroCopyRefused(Exception):
@@ -76,7 +73,7 @@ class SendfileEngine:
         self.out_fd = out_fd
         self.owns_out_fd = False  # True once out_fd is our own dup()
         self.in_fd = in_fd
-        self.loop = asyncio.get_running_loop()
+        self.shared = _loop_state.current()  # with the loop's other sends
         # A file that reports size 0 (procfs, sysfs) is sent to its end of file.
         end = MAX_FILE_POSITION if transfer.count is None else transfer.offset + transfer.count
         self.end = min(end, MAX_FILE_POSITION)
@@ -102,7 +99,7 @@ class SendfileEngine:
         self.owns_out_fd = True
         transfer = self.transfer
         flow = transfer.flow
-        _sends_per_loop[self.loop] = _sends_per_loop.get(self.loop, 0) + 1
+        self.shared.zero_copy_sends += 1
         try:
             flow.watch()  # so a close or a reset ends every wait below at once
             while not self.finished:
@@ -123,9 +120,7 @@ class SendfileEngine:
             transfer.transport.abort()
             raise
         finally:
-            left = _sends_per_loop.pop(self.loop) - 1
-            if left:
-                _sends_per_loop[self.loop] = left
+            self.shared.zero_copy_sends -= 1
             self.close()
         self.send_rest()
 
@@ -151,7 +146,7 @@ class SendfileEngine:
         """
         t = self.transfer
         position = t.position
-        sharing = max(1, _sends_per_loop.get(self.loop, 1))
+        sharing = max(1, self.shared.zero_copy_sends)
         share = max(ENGINE.min_share, ENGINE.loop_budget // sharing)
         nbytes = min(self.end - position, share, self._cached_ahead(position))
         if nbytes == 0:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import aiosendfile
-from aiosendfile import _core, _disk
+from aiosendfile import _core, _loop_state
 from aiosendfile._receiving.zerocopy import PIPES
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/ as a package
@@ -180,7 +180,11 @@ def leftovers(
     return {
         "handlers": len(handlers),
         "tasks": [repr(t) for t in asyncio.all_tasks() if t is not asyncio.current_task()],
-        "disk_jobs": sum(q.running + len(q.waiting) for q in _disk._queues.values()),
+        "disk_jobs": sum(
+            s.disk.running + len(s.disk.waiting)
+            for s in _loop_state.table().values()
+            if s.disk is not None
+        ),
         "executor_jobs": executor._work_queue.qsize() if executor is not None else 0,
         "descriptors": {
             fd: what for fd, what in descriptors().items() if fds_before.get(fd) != what

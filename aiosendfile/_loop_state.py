@@ -1,0 +1,48 @@
+"""What the sends and receives of one event loop share, in one object per loop that
+lives as long as the loop.
+
+Nothing in it refers to the loop or its transports, and the table does not keep
+the loop alive either: it is keyed by the loop's id(), and each entry goes when
+its loop is collected (a weakref finalizer, which runs before the id can be
+reused).  Every field is read and written on the loop's own thread only;
+docs/development.md, "Threads", says what worker threads touch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._disk import JobQueue
+
+
+class LoopState:
+    __slots__ = ("disk", "zero_copy_sends")
+
+    def __init__(self) -> None:
+        # The disk workers' queue (_disk), made by the first job.
+        self.disk: JobQueue | None = None
+        # Zero-copy sends under way, each moving its share of the loop's budget per pass.
+        self.zero_copy_sends = 0
+
+
+_states: dict[int, LoopState] = {}
+_running_loop = asyncio.get_running_loop
+
+
+def current() -> LoopState:
+    """The running loop's state (RuntimeError outside a running loop)."""
+    loop = _running_loop()
+    state = _states.get(id(loop))
+    if state is None:
+        state = _states[id(loop)] = LoopState()
+        weakref.finalize(loop, _states.pop, id(loop), None).atexit = False
+    return state
+
+
+def table() -> Mapping[int, LoopState]:
+    """Every live loop's state by the loop's id() (a census, for tests)."""
+    return _states
