@@ -11,9 +11,9 @@ from pathlib import Path
 from .subprocesses import env_importing_this_package
 
 TESTS = Path(__file__).resolve().parent
-FUSE_TESTS = "tests/test_cold.py::test_slow_reads_do_not_stall_the_loop"  # 8 of them
+FUSE_TESTS = "tests/sending/test_cold.py::test_slow_reads_do_not_stall_the_loop"  # 8 of them
 # Skipped for another reason everywhere: the stock loop's transports (2 of 4).
-OTHER_SKIPS = "tests/test_faults.py::test_send_write_around_the_guard_cuts_the_stream"
+OTHER_SKIPS = "tests/sending/test_faults.py::test_send_write_around_the_guard_cuts_the_stream"
 
 
 def test_fuse_disk_skips_are_counted_in_one_closing_line() -> None:

@@ -104,7 +104,7 @@ def stream_internals(reader: asyncio.StreamReader) -> tuple[int, Any]:
     `_transport`; the same in CPython 3.8 to 3.13, and uvloop uses asyncio's
     class): asyncio has no public way to ask how much a reader holds without
     waiting for data, and the bytes it holds must reach the file before any
-    byte spliced from the socket.  Tested in tests/test_receive.py.
+    byte spliced from the socket.  Tested in tests/receiving/test_receive.py.
     """
     try:
         buffer = reader._buffer  # type: ignore[attr-defined]

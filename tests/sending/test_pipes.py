@@ -31,9 +31,9 @@ import pytest
 import aiosendfile
 from aiosendfile._core import Core
 
-from .conftest import Connection, pattern
-from .loop_ticker import Ticker
-from .page_cache import evict
+from ..conftest import Connection, pattern
+from ..loop_ticker import Ticker
+from ..page_cache import evict
 
 MiB = 1024 * 1024
 

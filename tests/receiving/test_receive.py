@@ -29,10 +29,10 @@ from aiosendfile._core import Core
 from aiosendfile._receiving import zerocopy as _splice
 from aiosendfile._receiving.reading import stream_internals
 
-from .conftest import Connection, RecordingProtocol, pattern
-from .disks import small_tmpfs
-from .footprint import open_fds
-from .subprocesses import SYSCALL, run_under_strace, trace_lines
+from ..conftest import Connection, RecordingProtocol, pattern
+from ..disks import small_tmpfs
+from ..footprint import open_fds
+from ..subprocesses import SYSCALL, run_under_strace, trace_lines
 
 MiB = 1024 * 1024
 TRAILING = b"NEXT REQUEST"

@@ -22,7 +22,7 @@ import pytest
 import aiosendfile
 from aiosendfile._core import Core
 
-from .conftest import pattern
+from ..conftest import pattern
 
 MiB = 1024 * 1024
 SIZE = 4 * MiB  # well beyond what the stalled sockets hold: the send must wait
@@ -119,7 +119,7 @@ async def test_uvicorn_zerocopysend_file_closed_mid_body(
 ) -> None:
     """An ASGI app whose cleanup closes the file of its zerocopysend mid-body, then opens
     another: the client gets the whole response, every byte of the right file."""
-    from .uvicorn_stack import Receive, Scope, Send, protocols, serving, tls_client
+    from ..uvicorn_stack import Receive, Scope, Send, protocols, serving, tls_client
 
     right, wrong = tmp_path / "right.bin", tmp_path / "wrong.bin"
     size = 16 * MiB

@@ -30,7 +30,7 @@ import aiosendfile
 from aiosendfile import _disk, _files, _loop_state
 from aiosendfile._core import Core
 
-from .conftest import Connection, Peer, pattern
+from ..conftest import Connection, Peer, pattern
 
 MiB = 1024 * 1024
 TARGETS = ("pipe", "nonblocking-pipe", "fifo", "socket", "tty")

@@ -22,8 +22,8 @@ import pytest
 import aiosendfile
 from aiosendfile._core import Core
 
-from .conftest import Connection, pattern
-from .subprocesses import SYSCALL, env_importing_this_package, run_under_strace, trace_lines
+from ..conftest import Connection, pattern
+from ..subprocesses import SYSCALL, env_importing_this_package, run_under_strace, trace_lines
 
 MiB = 1024 * 1024
 

@@ -21,10 +21,10 @@ import aiosendfile
 from aiosendfile import _loop_state
 from aiosendfile._core import Core
 
-from .conftest import Connection, pattern
-from .disks import fuse_disk
-from .footprint import open_fds
-from .page_cache import cached_bytes, evict
+from ..conftest import Connection, pattern
+from ..disks import fuse_disk
+from ..footprint import open_fds
+from ..page_cache import cached_bytes, evict
 
 MiB = 1024 * 1024
 

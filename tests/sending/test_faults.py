@@ -18,8 +18,8 @@ import aiosendfile
 from aiosendfile._core import Core
 from aiosendfile._settings import ENGINE
 
-from .conftest import Connection, RecordingProtocol, pattern, until_stalled
-from .footprint import open_fds
+from ..conftest import Connection, RecordingProtocol, pattern, until_stalled
+from ..footprint import open_fds
 
 MiB = 1024 * 1024
 

@@ -16,8 +16,8 @@ import pytest
 
 from aiosendfile._sending import buffered
 
-from .conftest import Connection
-from .subprocesses import run_load
+from ..conftest import Connection
+from ..subprocesses import run_load
 
 CONNECTIONS = 100
 # Beyond what an idle TLS connection costs, per stalled send.  The buffered path

@@ -22,7 +22,7 @@ import aiosendfile
 from aiosendfile._core import Core
 from aiosendfile._settings import ENGINE
 
-from .conftest import Connection, pattern
+from ..conftest import Connection, pattern
 
 LARGE = 32 * 1024 * 1024  # many steps of the engine, every one corked
 HEADER = b"HTTP/1.1 200 OK\r\nContent-Length: 33554432\r\n\r\n"

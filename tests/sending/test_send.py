@@ -16,7 +16,7 @@ import pytest
 import aiosendfile
 from aiosendfile._core import Core
 
-from .conftest import Connection, expected_path, pattern, until_stalled
+from ..conftest import Connection, expected_path, pattern, until_stalled
 
 SIZE = 256 * 1024 + 1  # just over a buffer size: partial sends and EAGAIN happen (CPython's choice)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from aiosendfile._sending.chunks import REUSE_MIN, ChunkReader
 from aiosendfile._sending.source import Source
 
-from .conftest import pattern
+from ..conftest import pattern
 
 SIZE = 4 * REUSE_MIN
 

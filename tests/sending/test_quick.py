@@ -26,8 +26,8 @@ from aiosendfile._core import Core
 from aiosendfile._sending import api as _send
 from aiosendfile._sending import quick as _quick
 
-from .conftest import Connection, pattern
-from .page_cache import evict
+from ..conftest import Connection, pattern
+from ..page_cache import evict
 
 SMALL = 4096 + 3
 QUICK_MAX = _quick.QUICK_MAX_BYTES

@@ -24,7 +24,7 @@ import pytest
 import aiosendfile
 from aiosendfile._core import Core
 
-from .conftest import Connection, opened, pattern
+from ..conftest import Connection, opened, pattern
 
 MiB = 1024 * 1024
 SIZE = 8 * MiB

@@ -14,7 +14,7 @@ import pytest
 
 import aiosendfile
 
-from .conftest import Connection
+from ..conftest import Connection
 
 MiB = 1024 * 1024
 

@@ -1,0 +1,1 @@
+"""receive(): the tests of aiosendfile/_receiving/."""

@@ -1,0 +1,1 @@
+"""send(): the tests of aiosendfile/_sending/."""
