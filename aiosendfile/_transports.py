@@ -142,12 +142,33 @@ def is_plain_stream(transport: Any) -> bool:
     return is_stream_transport(transport) and not is_tls(transport)
 
 
-def zero_copy_refusal(transport: Any, sock: Any, syscall: str, available: bool) -> str | None:
-    """Why the platform or the transport rules out zero-copy (None: they do not)."""
+def zero_copy_refusal(syscall: str, available: bool, tls: bool, sock: Any) -> str | None:
+    """Why the platform or the transport (`tls`, its `sock`) rules out zero-copy (None:
+    they do not)."""
     if not available:
         return f"no {syscall} on this platform"
-    if is_tls(transport):
+    if tls:
         return "TLS transport"
     if sock is None:
         return "the transport has no socket"
     return None
+
+
+class Writing(NamedTuple):
+    """What send() knows of its writer: asked once, by writing()."""
+
+    transport: Any
+    stream_writer: asyncio.StreamWriter | None
+    sock: Any  # None for some transports
+    tls: bool
+
+
+def writing(writer: Any) -> Writing:
+    """send()'s writer, a StreamWriter or a stream transport, checked and classified:
+    TypeError or RuntimeError ("not supported") for anything else."""
+    if isinstance(writer, asyncio.StreamWriter):
+        transport, stream_writer = writer.transport, writer
+    else:
+        transport, stream_writer = writer, None
+    check_write_transport(writer, transport)
+    return Writing(transport, stream_writer, transport.get_extra_info("socket"), is_tls(transport))

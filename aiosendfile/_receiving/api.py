@@ -253,7 +253,7 @@ async def _run(receipt: Receipt) -> None:
 
 def _choose(side: ReadSide, target: Target) -> PathChoice:
     refusal = (
-        zero_copy_refusal(side.transport, side.sock, "splice(2)", _core.active.have_splice)
+        zero_copy_refusal("splice(2)", _core.active.have_splice, side.tls, side.sock)
         or target.splice_refusal()
     )
     if refusal is not None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .._transports import check_stream_transport
+from .._transports import check_stream_transport, is_tls
 
 _READ_TRANSPORT_METHODS = (
     "is_closing",
@@ -52,6 +52,7 @@ class ReadSide:
         self.stream = stream  # None: a raw transport, whose protocol keeps what it got
         self.key = key  # receives on one reader take turns on this
         self.sock: Any = transport.get_extra_info("socket")
+        self.tls = is_tls(transport)
         self._was_reading: bool | None = None
 
     def held(self) -> int:

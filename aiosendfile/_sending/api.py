@@ -300,9 +300,7 @@ async def _run(transfer: Transfer, choice: PathChoice, fallback: bool) -> None:
 
 
 def _choose(flow: Flow, source: Source) -> PathChoice:
-    refusal = zero_copy_refusal(
-        flow.transport, flow.sock, "sendfile(2)", _core.active.have_sendfile
-    )
+    refusal = zero_copy_refusal("sendfile(2)", _core.active.have_sendfile, flow.tls, flow.sock)
     if refusal is not None:
         return PathChoice("buffered", refusal)
     if not source.regular:

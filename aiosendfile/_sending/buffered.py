@@ -53,7 +53,6 @@ from typing import Any
 
 from .. import _linux
 from .._settings import ENGINE
-from .._transports import is_tls
 from .chunks import ChunkReader
 from .flow import Flow
 from .transfer import Transfer
@@ -86,7 +85,7 @@ class Room:
     def __init__(self, flow: Flow, chunk_size: int) -> None:
         self.flow = flow
         self.chunk_size = chunk_size
-        self.tls = is_tls(flow.transport)
+        self.tls = flow.tls
         # A turn (between two visits of the loop) reads up to chunk_size and hands it
         # over in writes of write_size (TLS: its BIO stays that small).
         self.write_size = min(chunk_size, TLS_WRITE_SIZE) if self.tls else chunk_size

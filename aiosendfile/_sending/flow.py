@@ -32,7 +32,7 @@ from typing import Any
 
 from .._errors import transport_closing
 from .._forwarding import Forwarding
-from .._transports import check_write_transport
+from .._transports import Writing, writing
 
 # close() of a transport that still holds bytes (waiting for them to flush, or a TLS
 # shutdown) tells the protocol nothing until the flush ends, which a stalled peer
@@ -43,10 +43,11 @@ CLOSE_CHECK_INTERVAL = 0.1
 class Flow:
     """Flow control and liveness of one transport, seen through a StreamWriter or on its own."""
 
-    def __init__(self, transport: Any, writer: asyncio.StreamWriter | None) -> None:
-        self.transport = transport
-        self._writer = writer
-        self.sock: Any = transport.get_extra_info("socket")  # None for some transports
+    def __init__(self, writer: Writing) -> None:
+        self.transport = writer.transport
+        self._writer = writer.stream_writer
+        self.sock: Any = writer.sock  # None for some transports
+        self.tls = writer.tls
         self._watcher: _PassThrough | None = None
 
     @property
@@ -61,12 +62,7 @@ class Flow:
     def of(cls, writer: Any) -> Flow:
         """The Flow of a StreamWriter or a stream transport; TypeError or
         RuntimeError ("not supported") for anything else."""
-        if isinstance(writer, asyncio.StreamWriter):
-            transport, stream_writer = writer.transport, writer
-        else:
-            transport, stream_writer = writer, None
-        check_write_transport(writer, transport)
-        return cls(transport, stream_writer)
+        return cls(writing(writer))
 
     def watch(self) -> None:
         """Puts the pass-through in front of the protocol; `unwatch()` on every exit path."""
