@@ -113,6 +113,7 @@ class UvicornRow(AsgiRow):
 
 class OursRow(UvicornRow):
     http = "aiosendfile.uvicorn:HttpToolsProtocol"
+    role = "ours"
 
     def baseline(self) -> str | None:
         """uvicorn's own protocol on the same loop, over the same transport."""

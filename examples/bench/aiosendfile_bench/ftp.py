@@ -119,6 +119,7 @@ class ExampleRow(FtpRow):
     env: ClassVar[Mapping[str, str | None]] = {NO_EXTENSIONS: None}  # the C core
     loop: ClassVar[str] = "asyncio"
     says_path = True
+    role = "ours"
 
     def command(
         self, root: str, tls: tuple[str, str, str] | None, example: Path | None
@@ -168,6 +169,7 @@ class BlockingRow(FtpRow):
 
     workloads = frozenset({"ftp-download"})
     send: ClassVar[str]
+    role = "limit"
 
     def command(
         self, root: str, tls: tuple[str, str, str] | None, example: Path | None

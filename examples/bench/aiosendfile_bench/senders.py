@@ -21,6 +21,12 @@ file, the TLS context) and calls the row's `serve(ctx)`.  Class attributes:
     Modules the row needs; where one is missing, the row is skipped with a note.
 ``env``
     Changes to the server process's environment (``None`` removes a variable).
+``role``
+    What the row is to the verdict that ends every run (report.py): ``"ours"``
+    (aiosendfile as a user runs it), ``"variant"`` (aiosendfile with a setting
+    changed: tables only), ``"peer"`` (what a user would run instead), ``"limit"``
+    (a blocking loop of the kernel's calls: the ceiling) or ``"floor"`` (no file at
+    all: the loop's own cost).  ``loop``, where a row has one, is its event loop.
 
 ``prepare()`` runs in the server process before ``serve()``: engine settings
 (`aiosendfile._settings`) and the like.  ``baseline()`` names the row whose
@@ -72,7 +78,7 @@ import asyncio
 import os
 import socket
 from collections.abc import Mapping
-from typing import BinaryIO, ClassVar, TypeVar
+from typing import BinaryIO, ClassVar, Literal, TypeVar
 
 import aiosendfile
 from aiosendfile import _settings
@@ -88,6 +94,7 @@ LAG_ONLY = frozenset({"lag"})
 UPLOAD_ONLY = frozenset({"upload"})
 HTTP_ONLY = frozenset({"http-large", "http-64k"})
 FTP_ONLY = frozenset({"ftp-download", "ftp-upload"})
+Role = Literal["ours", "variant", "peer", "limit", "floor"]
 CHUNK = 256 * 1024  # the buffered code's read size (aiohttp's FileResponse chunk)
 NO_EXTENSIONS = runner.NO_EXTENSIONS
 
@@ -132,6 +139,7 @@ class Sender(abc.ABC):
     workloads: ClassVar[frozenset[str]] = PLAIN_WORKLOADS
     requires: ClassVar[tuple[str, ...]] = ()
     env: ClassVar[Mapping[str, str | None]] = {}
+    role: ClassVar[Role] = "peer"
 
     @abc.abstractmethod
     def serve(self, ctx: serving.Context) -> None:
@@ -152,6 +160,11 @@ class Sender(abc.ABC):
     def launch(self, job: Job) -> runner.Server:
         """Starts the server of one measurement: a bench server process calling serve()."""
         return runner.ServerProcess(job, self.env)
+
+    def loop_name(self) -> str | None:
+        """The row's event loop ("asyncio", "uvloop"), or None: it has none."""
+        loop = getattr(self, "loop", None)
+        return loop if isinstance(loop, str) else None
 
 
 class ThreadSender(Sender):
@@ -203,6 +216,8 @@ def register(cls: S) -> S:
 class KernelRow(Sender):
     """A blocking socket in a thread per connection, sending by one of `blocking`'s loops."""
 
+    role: ClassVar[Role] = "limit"
+
     def serve(self, ctx: serving.Context) -> None:
         send = self.strategy(ctx.workload)
 
@@ -248,6 +263,7 @@ class LimitUncorked(KernelRow):
 class AiosendfileRow(AsyncSender):
     # The C core, whatever the orchestrator's environment says.
     env: ClassVar[Mapping[str, str | None]] = {NO_EXTENSIONS: None}
+    role: ClassVar[Role] = "ours"
 
     async def respond(
         self, writer: asyncio.StreamWriter, file: BinaryIO, size: int, header: bytes
@@ -280,6 +296,7 @@ class AiosendfilePy(AiosendfileRow):
     name = "aiosendfile-asyncio-py"
     title = "aiosendfile.send() on asyncio with its pure-Python core (AIOSENDFILE_NO_EXTENSIONS=1)"
     env: ClassVar[Mapping[str, str | None]] = {NO_EXTENSIONS: "1"}
+    role = "variant"
 
 
 @register
@@ -291,6 +308,7 @@ class AiosendfileBlind(AiosendfileRow):
         "on the loop's thread"
     )
     workloads = LAG_ONLY
+    role = "variant"
 
     def prepare(self) -> None:
         _settings.blind()
@@ -346,6 +364,59 @@ class BufferedUvloop(BufferedRow):
     requires = ("uvloop",)
 
 
+class AiofastnetRow(AsyncSender):
+    """aiofastnet, a peer: its own transports (C/Cython) on a stock loop.
+
+    The loop comes from aiofastnet.loop_factory(): its create_server() (which
+    asyncio.start_server calls) and sendfile() are aiofastnet's, so the writer's
+    transport is aiofastnet's.  aiofastnet.sendfile() queues the file behind the
+    head and writes it with sendfile(2), one call per writable event: what aiohttp
+    gets for its FileResponse where aiofastnet is installed.  Plain TCP only: over
+    TLS its sendfile() needs kernel TLS.
+    """
+
+    requires: ClassVar[tuple[str, ...]] = ("aiofastnet",)
+
+    def serve(self, ctx: serving.Context) -> None:
+        serving.run_on_loop(
+            self.loop,
+            lambda: serving.serve_asyncio(ctx, self.respond, self.path),
+            aiofastnet=True,
+        )
+
+    async def respond(
+        self, writer: asyncio.StreamWriter, file: BinaryIO, size: int, header: bytes
+    ) -> int:
+        import aiofastnet  # optional: where it is not installed the rows are skipped
+
+        if header:
+            writer.write(header)
+        await aiofastnet.sendfile(asyncio.get_running_loop(), writer.transport, file, 0, size)
+        # It returns None, not a count: the receiver counts and checks every byte.
+        return size
+
+    def path(self, writer: asyncio.StreamWriter, file: BinaryIO) -> str | None:
+        kind = type(writer.transport)
+        return f"transport: {kind.__module__}.{kind.__qualname__}"
+
+
+@register
+class AiofastnetAsyncio(AiofastnetRow):
+    name = "aiofastnet-asyncio"
+    title = (
+        "writer.write(header) + await aiofastnet.sendfile(loop, transport, file): "
+        "aiofastnet's transports on the stock asyncio loop"
+    )
+
+
+@register
+class AiofastnetUvloop(AiofastnetRow):
+    name = "aiofastnet-uvloop"
+    title = "the same with aiofastnet's transports on uvloop"
+    loop = "uvloop"
+    requires = ("aiofastnet", "uvloop")
+
+
 class MemoryRow(AsyncSender):
     """The loop's own floor for small files: no file at all, one write of ready bytes.
 
@@ -354,6 +425,7 @@ class MemoryRow(AsyncSender):
     """
 
     workloads = SMALL_ONLY
+    role: ClassVar[Role] = "floor"
 
     def __init__(self) -> None:
         self._responses: dict[tuple[int, int, bytes], bytes] = {}
@@ -398,6 +470,7 @@ class TlsThread(ThreadSender):
     title = "a blocking ssl socket in a plain thread: 256 KiB preads + sendall() (TLS's limit)"
     transport = "tls"
     workloads = LARGE_ONLY
+    role = "limit"
 
     def respond(self, conn: socket.socket, file: BinaryIO, size: int, header: bytes) -> int:
         if header:
@@ -466,6 +539,7 @@ class AiohttpRow(Sender):
     loop: ClassVar[str] = "asyncio"
     dropin: ClassVar[bool] = False
     sendfile_loop: ClassVar[bool] = False
+    role: ClassVar[Role] = "peer"  # aiohttp's own; the drop-in and our loop: "ours"
 
     def serve(self, ctx: serving.Context) -> None:
         from . import webapp  # imports aiohttp: only the aiohttp rows' servers do
@@ -495,6 +569,7 @@ class AiohttpDropinAsyncio(AiohttpRow):
     name = "aiohttp-dropin-asyncio"
     title = "aiosendfile.aiohttp.FileResponse (the drop-in FileResponse) on the stock asyncio loop"
     dropin = True
+    role = "ours"
 
 
 @register
@@ -505,6 +580,7 @@ class AiohttpOurloopAsyncio(AiohttpRow):
         "(loop.sendfile() is send())"
     )
     sendfile_loop = True
+    role = "ours"
 
 
 @register
@@ -521,6 +597,7 @@ class AiohttpDropinUvloop(AiohttpUvloopRow):
     name = "aiohttp-dropin-uvloop"
     title = "aiosendfile.aiohttp.FileResponse (the drop-in FileResponse) on uvloop"
     dropin = True
+    role = "ours"
 
 
 @register
@@ -528,6 +605,7 @@ class AiohttpOurloopUvloop(AiohttpUvloopRow):
     name = "aiohttp-ourloop-uvloop"
     title = "aiohttp's own web.FileResponse on aiosendfile.loops.UVLoop (loop.sendfile() is send())"
     sendfile_loop = True
+    role = "ours"
 
 
 @register
@@ -594,6 +672,7 @@ class UploadRow(Sender):
 
 class ReceiveRow(UploadRow):
     env: ClassVar[Mapping[str, str | None]] = {NO_EXTENSIONS: None}  # the C core
+    role: ClassVar[Role] = "ours"
 
     async def receive(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str, size: int
@@ -603,9 +682,12 @@ class ReceiveRow(UploadRow):
 
 class ReceivePyRow(ReceiveRow):
     env: ClassVar[Mapping[str, str | None]] = {NO_EXTENSIONS: "1"}
+    role: ClassVar[Role] = "variant"
 
 
 class ReceiveSmallPipeRow(ReceiveRow):
+    role: ClassVar[Role] = "variant"
+
     def prepare(self) -> None:
         _settings.ENGINE.pipe_size = 64 << 10  # the kernel's default pipe size
 
@@ -656,6 +738,7 @@ class UploadLimit(Sender):
         "1 MiB pipe -> file, as receive() does without an event loop"
     )
     workloads = UPLOAD_ONLY
+    role = "limit"
 
     def serve(self, ctx: serving.Context) -> None:
         serving.serve_uploads_in_threads(ctx, blocking.splice_upload)

@@ -336,10 +336,14 @@ async def _next_request(reader: asyncio.StreamReader, request: bytes) -> bool:
 
 
 def run_on_loop(
-    loop_name: str, main: Callable[[], Coroutine[Any, Any, None]], sendfile_loop: bool = False
+    loop_name: str,
+    main: Callable[[], Coroutine[Any, Any, None]],
+    sendfile_loop: bool = False,
+    aiofastnet: bool = False,
 ) -> None:
     """Runs main() on a new event loop: "asyncio" (the stock selector loop) or "uvloop";
-    with `sendfile_loop`, its `aiosendfile.loops` twin, whose loop.sendfile() is send()."""
+    with `sendfile_loop`, its `aiosendfile.loops` twin, whose loop.sendfile() is send();
+    with `aiofastnet`, the loop patched by aiofastnet (its transports and sendfile())."""
     factory: Callable[[], asyncio.AbstractEventLoop]
     if sendfile_loop:
         from aiosendfile import loops
@@ -358,5 +362,9 @@ def run_on_loop(
         factory = asyncio.SelectorEventLoop  # the stock loop on Linux
     else:
         raise ValueError(f"unknown loop {loop_name!r}")
+    if aiofastnet:
+        import aiofastnet as fastnet  # the aiofastnet rows' servers only
+
+        factory = fastnet.loop_factory(factory)
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(main())
