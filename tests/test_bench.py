@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiosendfile_bench import blocking, ftp, nginx, receiver
+from aiosendfile_bench import blocking, ftp, nginx, receiver, report
 from aiosendfile_bench.cli import WORKLOAD_NAMES
+from aiosendfile_bench.results import GIB, Sample, Section, summarize
 from aiosendfile_bench.runner import MeasurementError
 from aiosendfile_bench.senders import REGISTRY, Sender
 from aiosendfile_bench.workloads import Job, Workload
@@ -34,6 +35,9 @@ SMALLEST = "--size 4M --runs 1 --requests 20 --connections 8 --conn-size 1M".spl
 SMALLEST += "--lag-clients 2 --lag-size 1M --upload-size 4M --no-progress".split()
 HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 HAVE_AIOHTTP = importlib.util.find_spec("aiohttp") is not None
+# aiofastnet rows run where it is installed (pip install aiofastnet; the bench's dependency).
+HAVE_AIOFASTNET = importlib.util.find_spec("aiofastnet") is not None
+AIOFASTNET_ROWS = ("aiofastnet-asyncio", "aiofastnet-uvloop")
 # nginx rows run where nginx is on the PATH (apt-get install nginx); .ci/run does not install it.
 NGINX_MISSING = REGISTRY["nginx"].unavailable()
 HTTP_ROWS = ("aiohttp", "aiohttp-dropin", "aiohttp-ourloop")
@@ -42,6 +46,7 @@ WITHOUT_AIOHTTP = (
     "import sys; sys.modules['aiohttp'] = None; from aiosendfile_bench.cli import main; "
     "sys.exit(main(sys.argv[1:], prog='python -m aiosendfile bench'))"
 )
+WITHOUT_AIOFASTNET = WITHOUT_AIOHTTP.replace("'aiohttp'", "'aiofastnet'")
 
 
 @dataclass
@@ -59,10 +64,13 @@ def run_bench(
     without_aiohttp: bool = False,
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
+    without: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    command = (
-        ["-c", WITHOUT_AIOHTTP, *args[1:]] if without_aiohttp else ["-m", "aiosendfile", *args]
-    )
+    """python -m aiosendfile ARGS; `without`: a -c program standing in for it (its
+    first argument, "bench", left out), as WITHOUT_AIOHTTP."""
+    if without_aiohttp:
+        without = WITHOUT_AIOHTTP
+    command = ["-c", without, *args[1:]] if without else ["-m", "aiosendfile", *args]
     return subprocess.run(
         [sys.executable, *command],
         capture_output=True,
@@ -92,6 +100,8 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> BenchRun:
 
 
 def _runs_here(row: Sender) -> bool:
+    if any(importlib.util.find_spec(module) is None for module in row.requires):
+        return False
     return not (isinstance(row, nginx.NginxRow) and NGINX_MISSING)
 
 
@@ -198,6 +208,18 @@ def test_bench_markdown_tables_are_well_formed(bench: BenchRun) -> None:
     assert "Loop lag: " in bench.stdout and "Upload: " in bench.stdout  # what they measure
     if HAVE_AIOHTTP:
         assert "HTTP: " in bench.stdout
+    # The legend comes first; the verdict last, a line for each table.
+    assert bench.stdout.startswith("Rows:\n- `limit`: ")
+    verdict = bench.stdout[bench.stdout.index("\n## Verdict\n") :]
+    assert "### " not in verdict and "Rows:" not in verdict and "Machine: " not in verdict
+    said = [line for line in verdict.splitlines() if line.startswith("- ")]
+    assert said == bench.data["verdict"][: len(said)]
+    assert len(said) == len(bench.data["sections"])
+    for line, section in zip(said, bench.data["sections"], strict=True):
+        tls = " over TLS" if section["transport"] == "tls" else ""
+        assert line.startswith(f"- {section['workload']['name']}{tls}: `")
+        assert "(unsettled: one run)" in line  # --runs 1: no winner named
+    assert verdict.rstrip().splitlines()[-1] in bench.data["verdict"]
 
 
 @pytest.mark.skipif(not HAVE_AIOHTTP, reason="the http workloads need aiohttp")
@@ -733,3 +755,208 @@ def test_bench_runs_from_the_folder_above_a_checkout(tmp_path: Path) -> None:
     folder = Path(aiosendfile.__file__).parent  # its server processes imported the real one
     assert f"aiosendfile {aiosendfile.__version__} (" in done.stdout
     assert f"core, {folder})." in done.stdout
+
+
+# --- the verdict and the marks: figures made in-process, nothing timed ---
+
+LARGE = Workload("large", "stream", 64 << 20, apart=True)
+SMALL = Workload("small-64k", "requests", 64 << 10, requests=1000, pinned=True)
+
+
+def _sample(workload: Workload, row: str, run: int, value: float, cpu: float) -> Sample:
+    """A measurement whose figures are `value` (MB/s or responses/s) and `cpu`."""
+    if workload.kind == "requests":
+        responses = workload.requests
+        elapsed, cpu_s = responses / value, cpu * responses / 1e6
+        return Sample(workload, "tcp", row, run, elapsed, 0, responses, cpu_s, responses, 0,
+                      None, 1 << 20, 0.01, 1)  # fmt: skip
+    size = workload.file_size
+    elapsed, cpu_s = size / 1e6 / value, cpu * size / GIB
+    return Sample(workload, "tcp", row, run, elapsed, size, 1, cpu_s, 1, size, None, 1 << 20,
+                  0.01, 1)  # fmt: skip
+
+
+def _section(workload: Workload, figures: dict[str, list[tuple[float, float]]]) -> Section:
+    """A table from each row's (value, cpu) per run."""
+    samples = [
+        _sample(workload, row, run, value, cpu)
+        for row, runs in figures.items()
+        for run, (value, cpu) in enumerate(runs, 1)
+    ]
+    return summarize(workload, "tcp", ("limit", "loop.sendfile", "nginx"), list(figures), samples)
+
+
+def _markdown(*sections: Section, quick: bool = False) -> str:
+    machine = {"date": "today", "cpus": 2, "cpu_model": "a CPU", "system": "Linux"}
+    machine.update(python="CPython 3", uvloop="0", aiosendfile="0")
+    run = report.Run(
+        command="python -m aiosendfile bench",
+        options={},
+        machine=machine,
+        sections=sections,
+        verdicts=[],
+        titles={name: row.title for name, row in REGISTRY.items()},
+        failures=[],
+        notes=[],
+        placement=None,
+        quick=quick,
+        roles={name: row.role for name, row in REGISTRY.items()},
+        loops={name: loop for name, row in REGISTRY.items() if (loop := row.loop_name())},
+    )
+    return report.markdown(run)
+
+
+def _verdict(markdown: str, workload: str) -> str:
+    (line,) = [line for line in markdown.splitlines() if line.startswith(f"- {workload}: ")]
+    return line
+
+
+def _cells(markdown: str) -> dict[str, dict[str, str]]:
+    """The one table's cells: row name -> column name -> cell."""
+    ((_, (header, _rule, *rows)),) = _tables(markdown)
+    return {row[0].strip("`"): dict(zip(header, row, strict=True)) for row in rows}
+
+
+def test_verdict_ends_the_report_a_line_per_table() -> None:
+    large = _section(
+        LARGE,
+        {
+            "limit": [(4000, 0.20), (4100, 0.20), (3900, 0.20)],
+            "aiosendfile-asyncio": [(3000, 0.32), (3100, 0.32), (2900, 0.32)],
+            "aiosendfile-uvloop": [(3600, 0.24), (3700, 0.24), (3500, 0.24)],
+            "aiosendfile-asyncio-py": [(3900, 0.10), (4000, 0.10), (3800, 0.10)],  # a variant
+            "loop.sendfile": [(2000, 0.40), (2100, 0.40), (1900, 0.40)],
+            "nginx": [(3800, 0.16), (3900, 0.16), (3700, 0.16)],
+        },
+    )
+    small = _section(
+        SMALL,
+        {
+            "limit": [(40000, 12.0), (41000, 12.0), (39000, 12.0)],
+            "aiosendfile-uvloop": [(30000, 15.0), (31000, 15.0), (29000, 15.0)],
+            "memory-uvloop": [(45000, 10.0), (46000, 10.0), (44000, 10.0)],  # a floor
+            "nginx": [(28000, 14.0), (29000, 14.0), (27000, 14.0)],
+        },
+    )
+    markdown = _markdown(large, small)
+    assert markdown.index("Rows:") < markdown.index("### ") < markdown.index("Machine: ")
+    tail = markdown[markdown.index("## Verdict") :].splitlines()
+    assert tail[-2:] == [_verdict(markdown, "large"), _verdict(markdown, "small-64k")]
+    # Byte workloads lead with CPU per GiB, which picked the best row on each loop and the
+    # best peer; the pure-Python core (a variant) and the memory floor are not rows to pick.
+    assert _verdict(markdown, "large") == (
+        "- large: `aiosendfile-uvloop` vs `nginx`: CPU/GiB 1.50x, MB/s 0.95x; "
+        "vs `limit`: CPU/GiB 1.20x, MB/s 0.90x. "
+        "`aiosendfile-asyncio` vs `nginx`: CPU/GiB 2.00x, MB/s 0.79x; "
+        "vs `limit`: CPU/GiB 1.60x, MB/s 0.75x."
+    )
+    # Request/response workloads lead with responses/s.
+    assert _verdict(markdown, "small-64k") == (
+        "- small-64k: `aiosendfile-uvloop` vs `nginx`: responses/s 1.07x, CPU/response 1.07x; "
+        "vs `limit`: responses/s 0.75x, CPU/response 1.25x."
+    )
+    assert "unsettled" not in "\n".join(tail[-2:])  # every ratio's runs agree
+    assert "`?` after a figure" not in markdown
+    assert not [line for line in markdown.splitlines() if line.startswith("|") and "?" in line]
+    quick = _markdown(large, quick=True)
+    assert "Indicative only (--quick" in quick[quick.index("## Verdict") :]
+
+
+def test_verdict_calls_ratios_whose_runs_disagree_unsettled() -> None:
+    large = _section(
+        LARGE,
+        {
+            "limit": [(4000, 0.20), (4000, 0.20), (4000, 0.20)],
+            # MB/s over nginx's: 0.90x, 1.10x, 1.00x (both sides of 1.00x); CPU: 1.50x,
+            # 1.00x, 2.00x (one side, but spread over 25 % of 1.50x).
+            "aiosendfile-uvloop": [(3600, 0.30), (4400, 0.20), (4000, 0.40)],
+            "nginx": [(4000, 0.20), (4000, 0.20), (4000, 0.20)],
+        },
+    )
+    line = _verdict(_markdown(large), "large")
+    assert "vs `nginx`: CPU/GiB 1.50x (unsettled: runs 1.00x-2.00x), " in line
+    assert "MB/s 1.00x (unsettled: runs 0.90x-1.10x)" in line
+    once = _section(LARGE, {"aiosendfile-uvloop": [(3600, 0.3)], "nginx": [(4000, 0.2)]})
+    line = _verdict(_markdown(once), "large")
+    assert line == (
+        "- large: `aiosendfile-uvloop` vs `nginx`: CPU/GiB 1.50x (unsettled: one run), "
+        "MB/s 0.90x (unsettled: one run)."
+    )
+
+
+def test_tables_mark_figures_whose_runs_disagree() -> None:
+    large = _section(
+        LARGE,
+        {
+            "limit": [(4000, 0.20), (4100, 0.20), (3900, 0.20)],
+            "aiosendfile-asyncio": [(3000, 0.25), (4500, 0.22), (3500, 0.40)],  # spread
+            "aiosendfile-uvloop": [(3800, 0.23), (3700, 0.24), (3900, 0.23)],  # steady
+        },
+    )
+    markdown = _markdown(large)
+    cells = _cells(markdown)
+    shaky, steady = cells["aiosendfile-asyncio"], cells["aiosendfile-uvloop"]
+    assert shaky["MB/s"] == "3,500?" and shaky["x limit"] == "0.90x?"
+    assert shaky["server CPU s/GiB"] == "0.25?"
+    assert steady["MB/s"] == "3,800" and steady["x limit"] == "0.95x"
+    assert steady["server CPU s/GiB"] == "0.23"
+    assert markdown.count("`?` after a figure: its runs disagree, spreading over 25%") == 1
+    assert "`?` after a figure" in markdown.split("## Verdict")[0]  # explained once, above
+
+
+def test_throughput_above_the_limit_is_explained() -> None:
+    large = _section(
+        LARGE,
+        {
+            "limit": [(3000, 0.20), (3000, 0.20), (3000, 0.20)],
+            "aiosendfile-uvloop": [(4500, 0.20), (4500, 0.20), (4500, 0.20)],
+            "nginx": [(4000, 0.16), (4000, 0.16), (4000, 0.16)],
+        },
+    )
+    markdown = _markdown(large)
+    cells = _cells(markdown)
+    assert cells["nginx"]["x limit"] == "1.33x!"
+    assert cells["limit"]["x limit"] == "1.00x" and cells["limit"]["x nginx"] == "0.75x"
+    assert "vs `limit`: CPU/GiB 1.00x, MB/s 1.50x!." in _verdict(markdown, "large")
+    note = "`!` after a throughput ratio to a limit row: above 1.00x, above the limit"
+    tables, verdict = markdown.split("## Verdict")
+    assert tables.count(note) == 1 and verdict.count(note) == 1
+    assert verdict.rstrip().endswith("not a law).")
+
+
+# --- aiofastnet: a peer, where it is installed ---
+
+
+@pytest.mark.skipif(not HAVE_AIOFASTNET, reason="aiofastnet is not installed")
+def test_bench_aiofastnet_rows_send_through_aiofastnet(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    args = ["bench", "--workloads", "large,small-64k,concurrent", "--only", "limit,aiofastnet-*"]
+    args += ["--size", "4M", "--requests", "20", "--connections", "4", "--conn-size", "1M"]
+    done = run_bench(*args, "--runs", "1", "--no-progress", "--json", str(out), timeout=120)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    assert data["failures"] == []
+    for section in data["sections"]:
+        rows = {row["row"]: row for row in section["rows"]}
+        assert set(rows) == {"limit", *AIOFASTNET_ROWS}
+        for name in AIOFASTNET_ROWS:
+            # aiofastnet's own transport served every connection, and every byte arrived.
+            (path,) = rows[name]["paths"]
+            assert path.startswith("transport: aiofastnet."), path
+            (sample,) = rows[name]["samples"]
+            assert (
+                sample["server_file_bytes"]
+                == sample["server_responses"] * (section["workload"]["file_size"])
+            )
+        assert data["roles"]["aiofastnet-uvloop"] == "peer"
+
+
+def test_bench_skips_aiofastnet_where_it_is_not_installed() -> None:
+    args = ["bench", "--workloads", "large", "--only", "limit,aiofastnet-*", "--size", "1M"]
+    done = run_bench(*args, "--runs", "1", "--no-progress", without=WITHOUT_AIOFASTNET)
+    assert done.returncode == 0, done.stderr
+    note = "skipped, as aiofastnet is not installed: `aiofastnet-asyncio`, `aiofastnet-uvloop`"
+    assert note in done.stdout
+    ((_, (_header, _rule, limit, _ceiling)),) = _tables(done.stdout)
+    assert limit[0] == "`limit`"
+    assert done.stdout.rstrip().endswith("- large: no aiosendfile row ran.")

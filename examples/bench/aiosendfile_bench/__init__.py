@@ -22,6 +22,7 @@ One module per job:
 - ``runner.py``     one measurement from the orchestrator's side: processes, timeouts, a Sample
 - ``results.py``    medians, spreads and same-run ratios
 - ``targets.py``    the targets aiosendfile is held to, and their verdicts
+- ``verdict.py``    the verdict ending every run: aiosendfile against the best peer and the limit
 - ``report.py``     Markdown and JSON;  ``plot.py``: the optional matplotlib figure
 - ``progress.py``   the progress bar
 - ``cli.py``        the command line and one run from start to end

@@ -14,7 +14,8 @@ import platform
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .results import MIB, Failure, RowFigures, Sample, Section
+from . import verdict
+from .results import MIB, NOISE, Failure, RowFigures, Sample, Section, disagree
 from .targets import Verdict
 from .workloads import Placement
 
@@ -32,8 +33,11 @@ class Run:
     failures: Sequence[Failure]
     notes: Sequence[str]  # skipped rows and the like
     placement: Placement | None
-    # --quick: the verdicts are only indicative (one short run of small files)
+    # --quick: the verdicts are only indicative (a short run of small files)
     quick: bool = False
+    # row -> its role (senders.Sender.role) and its event loop, for the verdict
+    roles: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    loops: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 def machine_info(package: str) -> dict[str, Any]:
@@ -60,27 +64,29 @@ def describe_machine(machine: Mapping[str, Any]) -> str:
 
 
 def markdown(run: Run) -> str:
-    lines: list[str] = []
-    for section in run.sections:
-        lines += _section(section, run.placement)
-        lines.append("")
-    if run.verdicts:
-        if run.quick:
-            lines.append(
-                "Targets, indicative only (--quick: one run of smaller files; a run without "
-                "--quick on an idle machine is the one to judge by; same-run ratios):"
-            )
-        else:
-            lines.append("Targets (same-run ratios, median over the runs):")
-        lines += [f"- {verdict.describe()}" for verdict in run.verdicts]
-        lines.append("")
-    lines.append("Rows:")
+    """The rows' legend, the tables, how they were measured, and last the verdict."""
+    lines = ["Rows:"]
     shown = [figures for section in run.sections for figures in section.rows]
     for row in dict.fromkeys(figures.row for figures in shown):
         paths = sorted({p for f in shown if f.row == row for p in f.paths})
         taken = f" [{'; '.join(paths)}]" if paths else ""
         lines.append(f"- `{row}`: {run.titles[row]}{taken}")
     lines.append("")
+    tables: list[str] = []
+    for section in run.sections:
+        tables += _section(section, run.placement, run.roles)
+        tables.append("")
+    lines += tables
+    if run.verdicts:
+        if run.quick:
+            lines.append(
+                "Targets, indicative only (--quick: few runs of smaller files; a run without "
+                "--quick on an idle machine is the one to judge by; same-run ratios):"
+            )
+        else:
+            lines.append("Targets (same-run ratios, median over the runs):")
+        lines += [f"- {target.describe()}" for target in run.verdicts]
+        lines.append("")
     lines += [
         f"Machine: {describe_machine(run.machine)}.",
         f"Date: {run.machine['date']}.",
@@ -98,13 +104,29 @@ def markdown(run: Run) -> str:
         lines.append(UPLOAD)
     if "ftp" in kinds:
         lines.append(FTP)
+    marks = "".join(tables)
+    if UNSETTLED in marks:
+        lines.append(NOTE_UNSETTLED)
+    if f"x{verdict.ABOVE_LIMIT}" in marks:
+        lines.append(verdict.NOTE_ABOVE_LIMIT)
     for note in run.notes:
         lines.append(f"Note: {note}")
     if run.failures:
         lines.append("")
         lines.append("FAILED measurements:")
         lines += [f"- {f.workload} run {f.run} `{f.row}`: {f.error}" for f in run.failures]
+    runs = max((len({s.run for s in section.samples}) for section in run.sections), default=1)
+    lines += ["", *verdict.header(runs, run.quick)]
+    lines += verdict.lines(run.sections, run.roles, run.loops)
     return "\n".join(lines)
+
+
+UNSETTLED = "?"
+NOTE_UNSETTLED = (
+    f"`{UNSETTLED}` after a figure: its runs disagree, spreading over {NOISE:.0%} of their "
+    "median (max - min over the median; a ratio's: its same-run ratios): read it as noise, "
+    "not a difference, and rerun with more --runs on an idle machine."
+)
 
 
 SENDING = (
@@ -221,20 +243,52 @@ def section_title(section: Section, placement: Placement | None = None) -> str:
     return f"Large file{over}: {size} on one connection{cores}; {runs}"
 
 
-def _section(section: Section, placement: Placement | None) -> list[str]:
+def _section(section: Section, placement: Placement | None, roles: Mapping[str, str]) -> list[str]:
     lines = [f"### {section_title(section, placement)}", ""]
+    marks = _Marks(section, roles)
     if section.workload.http:
-        return lines + _http_table(section)
+        return lines + _http_table(section, marks)
     if section.workload.kind == "files":
-        return lines + _lag_table(section)
+        return lines + _lag_table(section, marks)
     if section.workload.kind == "upload":
-        return lines + _upload_table(section)
+        return lines + _upload_table(section, marks)
     if section.workload.kind == "ftp":
-        return lines + _ftp_table(section)
-    return lines + _send_table(section)
+        return lines + _ftp_table(section, marks)
+    return lines + _send_table(section, marks)
 
 
-def _send_table(section: Section) -> list[str]:
+@dataclasses.dataclass(frozen=True)
+class _Marks:
+    """A table's cells, marked: UNSETTLED where the runs disagree, verdict.ABOVE_LIMIT
+    on a throughput ratio over a limit row above 1.00x."""
+
+    section: Section
+    roles: Mapping[str, str]
+
+    def value(self, figures: RowFigures) -> str:
+        return _number(figures.value) + self._mark([s.value for s in figures.samples])
+
+    def cpu(self, figures: RowFigures, digits: int) -> str:
+        return f"{figures.cpu:.{digits}f}" + self._mark([s.cpu for s in figures.samples])
+
+    def ratio(self, figures: RowFigures, ref: str | None, cpu: bool = False) -> str:
+        """figures' throughput (or CPU) over `ref`'s, median of the same-run ratios."""
+        if ref is None:
+            return "-"
+        ratios = self.section.ratios(figures.row, ref, _cpu if cpu else _value)
+        if not ratios:
+            return "-"
+        text = f"{ratios.median:.2f}x" + (UNSETTLED if ratios.wide else "")
+        if not cpu and self.roles.get(ref) == "limit" and round(ratios.median, 2) > 1:
+            text += verdict.ABOVE_LIMIT
+        return text
+
+    @staticmethod
+    def _mark(values: Sequence[float]) -> str:
+        return UNSETTLED if disagree(values) else ""
+
+
+def _send_table(section: Section, marks: _Marks) -> list[str]:
     workload = section.workload
     refs = section.shown_references()
     requests = workload.kind == "requests"
@@ -250,12 +304,12 @@ def _send_table(section: Section) -> list[str]:
     headers.append("peak RSS MiB")
     lines = _header(headers)
     for figures in section.rows:
-        cells = [f"`{figures.row}`", _number(figures.value), _spread(figures)]
+        cells = [f"`{figures.row}`", marks.value(figures), _spread(figures)]
         if requests:
             cells.append(_number(figures.value * workload.file_size / 1e6))
-        cells += [_ratio(figures.vs.get(ref)) for ref in refs]
+        cells += [marks.ratio(figures, ref) for ref in refs]
         digits = 1 if requests else 2
-        cells.append(f"{figures.cpu:.{digits}f}")
+        cells.append(marks.cpu(figures, digits))
         cells.append(f"{figures.cpu + figures.receiver_cpu:.{digits}f}")
         if concurrent:
             cells.append(_mib(figures.rss_growth))
@@ -274,7 +328,7 @@ def _send_table(section: Section) -> list[str]:
     return lines
 
 
-def _http_table(section: Section) -> list[str]:
+def _http_table(section: Section, marks: _Marks) -> list[str]:
     """Web frameworks and nginx: each row compared, run for run, with its `baseline`
     (aiohttp's own FileResponse on the same loop), and with nginx where it ran."""
     workload = section.workload
@@ -291,12 +345,13 @@ def _http_table(section: Section) -> list[str]:
     lines = _header(headers)
     digits = 1 if requests else 2
     for figures in section.rows:
-        cells = [f"`{figures.row}`", _number(figures.value), _spread(figures)]
+        cells = [f"`{figures.row}`", marks.value(figures), _spread(figures)]
         if requests:
             cells.append(_number(figures.value * workload.file_size / 1e6))
-        cells += [_ratio(figures.vs_baseline), *(_ratio(figures.vs.get(ref)) for ref in refs)]
-        cells += [f"{figures.cpu:.{digits}f}", _ratio(figures.cpu_vs_baseline)]
-        cells += [_ratio(section.ratio(figures.row, ref, _cpu)) for ref in refs]
+        cells += [marks.ratio(figures, figures.baseline)]
+        cells += [marks.ratio(figures, ref) for ref in refs]
+        cells += [marks.cpu(figures, digits), marks.ratio(figures, figures.baseline, cpu=True)]
+        cells += [marks.ratio(figures, ref, cpu=True) for ref in refs]
         cells += [f"{figures.cpu + figures.receiver_cpu:.{digits}f}", _mib(figures.rss_peak)]
         lines.append(_row(cells))
     if section.receiver_ceiling is not None:
@@ -306,7 +361,7 @@ def _http_table(section: Section) -> list[str]:
     return lines
 
 
-def _lag_table(section: Section) -> list[str]:
+def _lag_table(section: Section, marks: _Marks) -> list[str]:
     headers = ["row", "lag p50 ms", "lag p99 ms", "lag max ms", "cold MB/s", "hot MB/s"]
     headers += ["MB/s", "server CPU s/GiB", "server+receiver CPU s/GiB", "peak RSS MiB"]
     lines = _header(headers)
@@ -315,21 +370,22 @@ def _lag_table(section: Section) -> list[str]:
         assert lag is not None  # every row of a probe workload has one
         cells = [f"`{figures.row}`", f"{lag.p50_ms:.2f}", f"{lag.p99_ms:.2f}"]
         cells += [f"{lag.max_ms:.2f}", _number(lag.cold_mb_per_s), _number(lag.hot_mb_per_s)]
-        cells += [_number(figures.value), f"{figures.cpu:.2f}"]
+        cells += [marks.value(figures), marks.cpu(figures, 2)]
         cells += [f"{figures.cpu + figures.receiver_cpu:.2f}", _mib(figures.rss_peak)]
         lines.append(_row(cells))
     return lines
 
 
-def _upload_table(section: Section) -> list[str]:
+def _upload_table(section: Section, marks: _Marks) -> list[str]:
     refs = section.shown_references()
     headers = ["row", "MB/s", "min-max", "x usual", *(f"x {ref}" for ref in refs)]
     headers += ["CPU s/GiB", "CPU x usual", "CPU + sender s/GiB", "peak RSS MiB"]
     lines = _header(headers)
     for figures in section.rows:
-        cells = [f"`{figures.row}`", _number(figures.value), _spread(figures)]
-        cells += [_ratio(figures.vs_baseline), *(_ratio(figures.vs.get(ref)) for ref in refs)]
-        cells += [f"{figures.cpu:.2f}", _ratio(figures.cpu_vs_baseline)]
+        cells = [f"`{figures.row}`", marks.value(figures), _spread(figures)]
+        cells += [marks.ratio(figures, figures.baseline)]
+        cells += [marks.ratio(figures, ref) for ref in refs]
+        cells += [marks.cpu(figures, 2), marks.ratio(figures, figures.baseline, cpu=True)]
         cells += [f"{figures.cpu + figures.receiver_cpu:.2f}", _mib(figures.rss_peak)]
         lines.append(_row(cells))
     if section.receiver_ceiling is not None:
@@ -339,7 +395,7 @@ def _upload_table(section: Section) -> list[str]:
     return lines
 
 
-def _ftp_table(section: Section) -> list[str]:
+def _ftp_table(section: Section, marks: _Marks) -> list[str]:
     """FTP servers: each compared, run for run, with pyftpdlib, aioftp and a blocking
     loop under the same curl (`references`)."""
     refs = section.shown_references()
@@ -348,10 +404,10 @@ def _ftp_table(section: Section) -> list[str]:
     headers += ["CPU + curl s/GiB", "peak RSS MiB"]
     lines = _header(headers)
     for figures in section.rows:
-        cells = [f"`{figures.row}`", _number(figures.value), _spread(figures)]
-        cells += [_ratio(figures.vs.get(ref)) for ref in refs]
-        cells.append(f"{figures.cpu:.2f}")
-        cells += [_ratio(section.ratio(figures.row, ref, _cpu)) for ref in refs]
+        cells = [f"`{figures.row}`", marks.value(figures), _spread(figures)]
+        cells += [marks.ratio(figures, ref) for ref in refs]
+        cells.append(marks.cpu(figures, 2))
+        cells += [marks.ratio(figures, ref, cpu=True) for ref in refs]
         cells += [f"{figures.cpu + figures.receiver_cpu:.2f}", _mib(figures.rss_peak)]
         lines.append(_row(cells))
     if section.receiver_ceiling is not None:
@@ -359,6 +415,10 @@ def _ftp_table(section: Section) -> list[str]:
         cells += [""] * (len(headers) - len(cells) - 2) + [_busy(section), ""]
         lines.append(_row(cells))
     return lines
+
+
+def _value(sample: Sample) -> float:
+    return sample.value
 
 
 def _cpu(sample: Sample) -> float:
@@ -431,6 +491,8 @@ def to_json(run: Run) -> dict[str, Any]:
             for verdict in run.verdicts
         ],
         "rows": dict(run.titles),
+        "roles": dict(run.roles),
+        "verdict": verdict.lines(run.sections, run.roles, run.loops),
         "failures": [dataclasses.asdict(failure) for failure in run.failures],
         "notes": list(run.notes),
     }

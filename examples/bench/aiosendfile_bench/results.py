@@ -16,6 +16,10 @@ from .workloads import Transport, Workload
 GIB = 1 << 30
 MIB = 1 << 20
 MB = 1_000_000
+# A figure's repetitions disagree when they spread over more than this fraction of
+# their median ((max - min) / median): the report marks it "?", the verdict calls a
+# ratio that does so (or whose runs fall on both sides of 1.00x) unsettled.
+NOISE = 0.25
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,14 +170,65 @@ class Section:
         """Median over runs of metric(row) / metric(ref) in the same run; None if never both."""
         return same_run_ratio(self.samples, row, ref, metric)
 
+    def ratios(self, row: str, ref: str, metric: Callable[[Sample], float]) -> Ratios:
+        """metric(row) / metric(ref), run for run."""
+        return same_run_ratios(self.samples, row, ref, metric)
+
 
 def same_run_ratio(
     samples: Sequence[Sample], row: str, ref: str, metric: Callable[[Sample], float]
 ) -> float | None:
+    ratios = same_run_ratios(samples, row, ref, metric)
+    return ratios.median if ratios else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Ratios:
+    """A row's figure over a reference row's, one ratio per run in which both ran."""
+
+    runs: tuple[float, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.runs)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.runs)
+
+    @property
+    def low(self) -> float:
+        return min(self.runs)
+
+    @property
+    def high(self) -> float:
+        return max(self.runs)
+
+    @property
+    def wide(self) -> bool:
+        """The runs disagree by more than the noise (NOISE)."""
+        return disagree(self.runs)
+
+    @property
+    def settled(self) -> bool:
+        """Two runs or more, all on one side of 1.00x, and not wide: a winner can be named."""
+        one_side = self.low >= 1.0 or self.high <= 1.0
+        return len(self.runs) >= 2 and one_side and not self.wide
+
+
+def same_run_ratios(
+    samples: Sequence[Sample], row: str, ref: str, metric: Callable[[Sample], float]
+) -> Ratios:
     ours = {s.run: metric(s) for s in samples if s.row == row}
     theirs = {s.run: metric(s) for s in samples if s.row == ref}
-    ratios = [ours[run] / theirs[run] for run in ours if theirs.get(run)]
-    return statistics.median(ratios) if ratios else None
+    return Ratios(tuple(ours[run] / theirs[run] for run in sorted(ours) if theirs.get(run)))
+
+
+def disagree(values: Sequence[float]) -> bool:
+    """Repetitions that spread over more than NOISE of their median; one value cannot."""
+    if len(values) < 2:
+        return False
+    middle = statistics.median(values)
+    return middle > 0 and (max(values) - min(values)) / middle > NOISE
 
 
 def summarize(
