@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 
 from .. import _core, _disk, _loop_state
 from .._errors import Action, cannot_tell, classify, transport_closing
@@ -34,6 +35,8 @@ from .._linux import TCP_FAMILIES
 from .._readiness import run_on_events
 from .._settings import ENGINE
 from .transfer import Transfer
+
+_TCP_CORK = getattr(socket, "TCP_CORK", None)  # Linux's; elsewhere nothing is held
 
 READ_AHEAD = 4 * 1024 * 1024  # residency window, and the size of one disk read
 
@@ -88,6 +91,10 @@ class SendfileEngine:
         self.started = False  # a byte of ours went: bytes queued after this are not ours
         sock = transfer.flow.sock
         self.corkable = sock is not None and sock.family in TCP_FAMILIES
+        self.family: int = sock.family if self.corkable else -1
+        # finish() corks the socket once for all its steps (nginx's tcp_nopush) rather
+        # than each step corking and uncorking it: three system calls fewer per step.
+        self.cork_held = False
 
     async def finish(self) -> None:
         """Sends the rest, waiting on the loop for the socket, the disk, or bytes the
@@ -104,10 +111,14 @@ class SendfileEngine:
             flow.watch()  # so a close or a reset ends every wait below at once
             while not self.finished:
                 if self.waiting_for_disk:
+                    self.release_cork()  # what a step left held goes now, not after the disk
                     await self.wait_for_disk()
                 if transfer.transport.get_write_buffer_size():
                     self.refuse_foreign_write()
+                    self.release_cork()
                     await flow.until_empty()  # what was queued before the send goes first
+                if not self.cork_held and self.end - transfer.position >= ENGINE.cork_min:
+                    self.hold_cork()
                 try:
                     self.step()
                 except BlockingIOError:
@@ -145,15 +156,21 @@ class SendfileEngine:
         next byte is not in the page cache (then `waiting_for_disk` is true).
         """
         t = self.transfer
-        position = t.position
-        sharing = max(1, self.shared.zero_copy_sends)
-        share = max(ENGINE.min_share, ENGINE.loop_budget // sharing)
-        nbytes = min(self.end - position, share, self._cached_ahead(position))
-        if nbytes == 0:
+        position = t.offset + t.sent
+        end = self.end
+        sharing = self.shared.zero_copy_sends
+        share = ENGINE.loop_budget // sharing if sharing > 1 else ENGINE.loop_budget
+        if share < ENGINE.min_share:
+            share = ENGINE.min_share
+        nbytes = end - position
+        if nbytes > share:
+            nbytes = share
+        if self.check_cache:
+            nbytes = min(nbytes, self._cached_ahead(position))
+        if nbytes <= 0:
             return
-        last = position + nbytes == self.end
-        trailer = t.trailer if last else b""
-        cork = self.corkable and nbytes >= ENGINE.cork_min
+        trailer = t.trailer if position + nbytes == end else b""
+        cork = not self.cork_held and self.corkable and nbytes >= ENGINE.cork_min
         try:
             written = _core.active.sendfile(
                 self.out_fd, self.in_fd, position, nbytes, t.header, trailer, 0, cork
@@ -167,13 +184,15 @@ class SendfileEngine:
             self.finished = True  # end of file: the file is shorter than it was
             return
         self.started = True
-        from_header = min(written, len(t.header))
-        t.header = t.header[from_header:]
-        from_file = min(written - from_header, nbytes)
-        from_trailer = written - from_header - from_file
-        t.trailer = t.trailer[from_trailer:]
+        if t.header or trailer:  # the common step carries file bytes only: no slicing
+            from_header = min(written, len(t.header))
+            t.header = t.header[from_header:]
+            from_file = min(written - from_header, nbytes)
+            t.trailer = t.trailer[written - from_header - from_file :]
+        else:
+            from_file = written
         t.advance(from_file)
-        if t.position == self.end:
+        if position + from_file == end:
             self.finished = True
 
     def _cached_ahead(self, position: int) -> int:
@@ -251,7 +270,10 @@ class SendfileEngine:
             self.step()
         except BlockingIOError:
             return False  # spurious wake-up: the socket filled again
-        return self.finished or self.waiting_for_disk  # a disk wait is not a socket wait
+        if self.finished:
+            return True
+        # A disk wait is not a socket wait.
+        return self.disk_read is not None and self.cached_until <= self.transfer.position
 
     def refuse_foreign_write(self) -> None:
         """Bytes the transport queued after ours began were written around the send
@@ -263,11 +285,43 @@ class SendfileEngine:
                 f"the transport was aborted"
             )
 
+    def hold_cork(self) -> None:
+        """Corks our dup's socket for the steps to come, unless the application corked
+        it (its cork is left alone); `release_cork()` undoes it."""
+        option = _TCP_CORK
+        if option is None or not self.corkable or not self.owns_out_fd:
+            return
+        sock = socket.socket(self.family, socket.SOCK_STREAM, 0, self.out_fd)
+        try:
+            if not sock.getsockopt(socket.IPPROTO_TCP, option):
+                sock.setsockopt(socket.IPPROTO_TCP, option, 1)
+                self.cork_held = True
+        except OSError:
+            pass  # the socket failed: the next step says so
+        finally:
+            sock.detach()
+
+    def release_cork(self) -> None:
+        """Releasing the cork sends what it held, the last partial segment included."""
+        option = _TCP_CORK
+        if not self.cork_held or option is None:
+            return
+        self.cork_held = False
+        sock = socket.socket(self.family, socket.SOCK_STREAM, 0, self.out_fd)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, option, 0)
+        except OSError:
+            pass  # the socket failed meanwhile: nothing is left to push
+        finally:
+            sock.detach()
+
     def close(self) -> None:
         """Drops a disk read that has not started (a running one ends on its own fd),
-        closes our dup of the socket and takes the pass-through protocol out."""
+        releases the cork, closes our dup of the socket and takes the pass-through
+        protocol out."""
         if self.disk_read is not None:
             self.disk_read.cancel()
+        self.release_cork()
         if self.owns_out_fd:
             self.owns_out_fd = False
             os.close(self.out_fd)
