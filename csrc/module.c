@@ -3,6 +3,7 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <limits.h>
 
 #include "asf_cached.h"
 #include "asf_errors.h"
@@ -141,7 +142,33 @@ end, so the bytes leave in full-sized segments and the last partial one at\n\
 once; a socket the caller corked stays corked. The GIL is released around\n\
 the system calls.");
 
-static PyObject *core_sendfile(PyObject *self, PyObject *args, PyObject *kwargs)
+/* One step of sendfile() once its arguments are parsed; the caller releases the buffers. */
+static PyObject *sendfile_parsed(int out_fd, int in_fd, optional_offset *offset,
+                                 Py_ssize_t nbytes, const Py_buffer *header,
+                                 const Py_buffer *trailer, int cork)
+{
+    asf_request req;
+
+    /* sendfile(2) refuses a negative offset or count with EINVAL (pysendfile passes
+     * both through to it): the same error, raised before anything is written. */
+    if ((offset->given && offset->value < 0) || nbytes < 0)
+        return asf_raise_errno(EINVAL, "sendfile");
+
+    req.out_fd = out_fd;
+    req.in_fd = in_fd;
+    req.offset = offset->given ? &offset->value : NULL;
+    req.nbytes = (size_t)nbytes;
+    req.header = header->buf;
+    req.header_len = header->buf ? (size_t)header->len : 0;
+    req.trailer = trailer->buf;
+    req.trailer_len = trailer->buf ? (size_t)trailer->len : 0;
+    req.cork = cork;
+    return run_step(sendfile_step, &req);
+}
+
+/* Every call the fast path below does not take: PyArg_ParseTupleAndKeywords sets
+ * every error, so the messages are the same whichever way a call comes in. */
+static PyObject *core_sendfile_args(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"out", "in_", "offset", "nbytes", "header",
                              "trailer", "flags", "cork", NULL};
@@ -149,8 +176,7 @@ static PyObject *core_sendfile(PyObject *self, PyObject *args, PyObject *kwargs)
     optional_offset offset = {0, 0};
     Py_ssize_t nbytes;
     Py_buffer header, trailer;
-    asf_request req;
-    PyObject *ret = NULL;
+    PyObject *ret;
 
     (void)self;
     header.buf = NULL;  /* y* leaves an omitted buffer untouched */
@@ -161,26 +187,115 @@ static PyObject *core_sendfile(PyObject *self, PyObject *args, PyObject *kwargs)
                                      &flags, &cork))
         return NULL;
     (void)flags;
-    /* sendfile(2) refuses a negative offset or count with EINVAL (pysendfile passes
-     * both through to it): the same error, raised before anything is written. */
-    if ((offset.given && offset.value < 0) || nbytes < 0) {
-        asf_raise_errno(EINVAL, "sendfile");
-        goto done;
+    ret = sendfile_parsed(out_fd, in_fd, &offset, nbytes, &header, &trailer, cork);
+    if (header.buf)
+        PyBuffer_Release(&header);
+    if (trailer.buf)
+        PyBuffer_Release(&trailer);
+    return ret;
+}
+
+/* --- the fast path: the engine calls these once per step or response --- */
+
+/* A call with positional arguments only, re-made as a tuple for a keyword parser. */
+static PyObject *call_with_tuple(PyObject *(*parse)(PyObject *, PyObject *, PyObject *),
+                                 PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames)
+{
+    Py_ssize_t i, nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *tuple, *kwargs = NULL, *ret = NULL;
+
+    tuple = PyTuple_New(nargs);
+    if (tuple == NULL)
+        return NULL;
+    for (i = 0; i < nargs; i++)
+        PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
+    if (nkw) {
+        kwargs = PyDict_New();
+        if (kwargs == NULL)
+            goto done;
+        for (i = 0; i < nkw; i++)
+            if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0)
+                goto done;
     }
-
-    req.out_fd = out_fd;
-    req.in_fd = in_fd;
-    req.offset = offset.given ? &offset.value : NULL;
-    req.nbytes = (size_t)nbytes;
-    req.header = header.buf;
-    req.header_len = header.buf ? (size_t)header.len : 0;
-    req.trailer = trailer.buf;
-    req.trailer_len = trailer.buf ? (size_t)trailer.len : 0;
-    req.cork = cork;
-
-    ret = run_step(sendfile_step, &req);
-
+    ret = parse(self, tuple, kwargs);
 done:
+    Py_DECREF(tuple);
+    Py_XDECREF(kwargs);
+    return ret;
+}
+
+/* An exact int that fits a C int (or a Py_ssize_t); 0, with no error set, for
+ * anything else, which the keyword parser then meets and reports. */
+static int fast_int(PyObject *obj, int *out)
+{
+    int overflow;
+    long value;
+
+    if (!PyLong_CheckExact(obj))
+        return 0;
+    value = PyLong_AsLongAndOverflow(obj, &overflow);
+    if (overflow || value < INT_MIN || value > INT_MAX)
+        return 0;
+    *out = (int)value;
+    return 1;
+}
+
+static int fast_ssize(PyObject *obj, Py_ssize_t *out)
+{
+    int overflow;
+    long long value;
+
+    if (!PyLong_CheckExact(obj))
+        return 0;
+    value = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow || value < PY_SSIZE_T_MIN || value > PY_SSIZE_T_MAX)
+        return 0;
+    *out = (Py_ssize_t)value;
+    return 1;
+}
+
+/* bytes or a C-contiguous memoryview, as y* takes them; 0 with no error otherwise. */
+static int fast_buffer(PyObject *obj, Py_buffer *view)
+{
+    if (!PyBytes_CheckExact(obj) &&
+        !(PyMemoryView_Check(obj) && PyBuffer_IsContiguous(PyMemoryView_GET_BUFFER(obj), 'C')))
+        return 0;
+    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();  /* a released memoryview: the keyword parser says so */
+        view->buf = NULL;
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *core_sendfile(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames)
+{
+    int out_fd, in_fd, flags = 0;
+    optional_offset offset = {0, 0};
+    Py_ssize_t nbytes;
+    Py_buffer header, trailer;
+    PyObject *ret;
+
+    header.buf = NULL;
+    trailer.buf = NULL;
+    if (kwnames != NULL || nargs < 4 || nargs > 8 || !fast_int(args[0], &out_fd) ||
+        !fast_int(args[1], &in_fd) || !(args[2] == Py_None || PyLong_CheckExact(args[2])) ||
+        !fast_ssize(args[3], &nbytes) || (nargs > 6 && !fast_int(args[6], &flags)) ||
+        (nargs > 7 && !PyBool_Check(args[7])))
+        return call_with_tuple(core_sendfile_args, self, args, nargs, kwnames);
+    if ((nargs > 4 && !fast_buffer(args[4], &header)) ||
+        (nargs > 5 && !fast_buffer(args[5], &trailer))) {
+        if (header.buf)
+            PyBuffer_Release(&header);
+        return call_with_tuple(core_sendfile_args, self, args, nargs, kwnames);
+    }
+    if (!convert_any_offset(args[2], &offset))
+        ret = NULL;
+    else
+        ret = sendfile_parsed(out_fd, in_fd, &offset, nbytes, &header, &trailer,
+                              nargs > 7 && args[7] == Py_True);
     if (header.buf)
         PyBuffer_Release(&header);
     if (trailer.buf)
@@ -200,7 +315,55 @@ Then it is one sendfile() step of header + those nbytes, and the result is\n\
 nbytes and the step's count; otherwise None, having written nothing. OSError\n\
 as sendfile(). The GIL is released around the system calls.");
 
-static PyObject *core_sendfile_cached(PyObject *self, PyObject *args, PyObject *kwargs)
+/* One call of sendfile_cached() once its arguments are parsed. */
+static PyObject *sendfile_cached_parsed(int out_fd, int in_fd, optional_offset *offset,
+                                        const optional_offset *count,
+                                        const Py_buffer *header, Py_ssize_t max_bytes)
+{
+    asf_cached_request req;
+    PyObject *written, *owed, *ret;
+
+    if (!offset->given) {
+        PyErr_SetString(PyExc_TypeError, "offset must be an int");
+        return NULL;
+    }
+    if (max_bytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "max_bytes must be >= 0");
+        return NULL;
+    }
+
+    req.send.out_fd = out_fd;
+    req.send.in_fd = in_fd;
+    req.send.offset = &offset->value;
+    req.send.nbytes = 0;
+    req.send.header = header->buf;
+    req.send.header_len = header->buf ? (size_t)header->len : 0;
+    req.send.trailer = NULL;
+    req.send.trailer_len = 0;
+    req.send.cork = 0;  /* small: the cork's two calls cost more than they save */
+    req.count = count->given ? (long long)count->value : -1;
+    req.max_bytes = (size_t)max_bytes;
+
+    written = run_step(cached_step, &req);
+    if (written == NULL)
+        return NULL;
+    if (!req.taken) {
+        Py_DECREF(written);
+        return Py_NewRef(Py_None);
+    }
+    owed = PyLong_FromSsize_t((Py_ssize_t)req.send.nbytes);
+    ret = owed ? PyTuple_New(2) : NULL;
+    if (ret == NULL) {
+        Py_XDECREF(owed);
+        Py_DECREF(written);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(ret, 0, owed);
+    PyTuple_SET_ITEM(ret, 1, written);
+    return ret;
+}
+
+static PyObject *core_sendfile_cached_args(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"out", "in_", "offset", "count", "header",
                              "max_bytes", NULL};
@@ -208,8 +371,7 @@ static PyObject *core_sendfile_cached(PyObject *self, PyObject *args, PyObject *
     optional_offset offset = {0, 0}, count = {0, 0};
     Py_ssize_t max_bytes = 128 * 1024;
     Py_buffer header;
-    asf_cached_request req;
-    PyObject *written, *ret = NULL;
+    PyObject *ret;
 
     (void)self;
     header.buf = NULL;
@@ -218,38 +380,32 @@ static PyObject *core_sendfile_cached(PyObject *self, PyObject *args, PyObject *
                                      &offset, convert_count, &count, &header,
                                      &max_bytes))
         return NULL;
-    if (!offset.given) {
-        PyErr_SetString(PyExc_TypeError, "offset must be an int");
-        goto done;
-    }
-    if (max_bytes < 0) {
-        PyErr_SetString(PyExc_ValueError, "max_bytes must be >= 0");
-        goto done;
-    }
+    ret = sendfile_cached_parsed(out_fd, in_fd, &offset, &count, &header, max_bytes);
+    if (header.buf)
+        PyBuffer_Release(&header);
+    return ret;
+}
 
-    req.send.out_fd = out_fd;
-    req.send.in_fd = in_fd;
-    req.send.offset = &offset.value;
-    req.send.nbytes = 0;
-    req.send.header = header.buf;
-    req.send.header_len = header.buf ? (size_t)header.len : 0;
-    req.send.trailer = NULL;
-    req.send.trailer_len = 0;
-    req.send.cork = 0;  /* small: the cork's two calls cost more than they save */
-    req.count = count.given ? (long long)count.value : -1;
-    req.max_bytes = (size_t)max_bytes;
+static PyObject *core_sendfile_cached(PyObject *self, PyObject *const *args,
+                                      Py_ssize_t nargs, PyObject *kwnames)
+{
+    int out_fd, in_fd;
+    optional_offset offset = {0, 0}, count = {0, 0};
+    Py_ssize_t max_bytes = 128 * 1024;
+    Py_buffer header;
+    PyObject *ret;
 
-    written = run_step(cached_step, &req);
-    if (written == NULL)
-        goto done;
-    if (!req.taken) {
-        Py_DECREF(written);
-        ret = Py_NewRef(Py_None);
-        goto done;
-    }
-    ret = Py_BuildValue("(nN)", (Py_ssize_t)req.send.nbytes, written);
-
-done:
+    header.buf = NULL;
+    if (kwnames != NULL || nargs < 4 || nargs > 6 || !fast_int(args[0], &out_fd) ||
+        !fast_int(args[1], &in_fd) || !PyLong_CheckExact(args[2]) ||
+        !(args[3] == Py_None || PyLong_CheckExact(args[3])) ||
+        (nargs > 5 && !fast_ssize(args[5], &max_bytes)) ||
+        (nargs > 4 && !fast_buffer(args[4], &header)))
+        return call_with_tuple(core_sendfile_cached_args, self, args, nargs, kwnames);
+    if (!convert_offset(args[2], &offset) || !convert_count(args[3], &count))
+        ret = NULL;
+    else
+        ret = sendfile_cached_parsed(out_fd, in_fd, &offset, &count, &header, max_bytes);
     if (header.buf)
         PyBuffer_Release(&header);
     return ret;
@@ -381,9 +537,9 @@ static PyObject *core_open_cached(PyObject *self, PyObject *args, PyObject *kwar
 
 static PyMethodDef core_methods[] = {
     {"sendfile", (PyCFunction)(void (*)(void))core_sendfile,
-     METH_VARARGS | METH_KEYWORDS, sendfile_doc},
+     METH_FASTCALL | METH_KEYWORDS, sendfile_doc},
     {"sendfile_cached", (PyCFunction)(void (*)(void))core_sendfile_cached,
-     METH_VARARGS | METH_KEYWORDS, sendfile_cached_doc},
+     METH_FASTCALL | METH_KEYWORDS, sendfile_cached_doc},
     {"resident", (PyCFunction)(void (*)(void))core_resident,
      METH_VARARGS | METH_KEYWORDS, resident_doc},
     {"splice_to_file", (PyCFunction)(void (*)(void))core_splice_to_file,

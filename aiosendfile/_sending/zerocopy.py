@@ -166,7 +166,11 @@ class SendfileEngine:
         if nbytes > share:
             nbytes = share
         if self.check_cache:
-            nbytes = min(nbytes, self._cached_ahead(position))
+            ahead = self.cached_until - position
+            if ahead < READ_AHEAD and self.disk_read is None:
+                ahead = self._cached_ahead(position)  # time to look one window further
+            if nbytes > ahead:
+                nbytes = ahead
         if nbytes <= 0:
             return
         trailer = t.trailer if position + nbytes == end else b""
