@@ -1,10 +1,10 @@
 """What the sends and receives of one event loop share, in one object per loop that
 lives as long as the loop.
 
-Nothing in it refers to the loop or its transports, and the table does not keep
-the loop alive either: it is keyed by the loop's id(), and each entry goes when
-its loop is collected (a weakref finalizer, which runs before the id can be
-reused).  Every field is read and written on the loop's own thread only;
+Nothing in it refers to the loop or its transports while no send waits, and the
+table does not keep the loop alive either: it is keyed by the loop's id(), and each
+entry goes when its loop is collected (a weakref finalizer, which runs before the id
+can be reused).  Every field is read and written on the loop's own thread only;
 docs/development.md, "Threads", says what worker threads touch.
 """
 
@@ -13,20 +13,25 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._disk import JobQueue
 
 
 class LoopState:
-    __slots__ = ("disk", "zero_copy_sends")
+    __slots__ = ("closing_timer", "closing_waits", "disk", "zero_copy_sends")
 
     def __init__(self) -> None:
         # The disk workers' queue (_disk), made by the first job.
         self.disk: JobQueue | None = None
         # Zero-copy sends under way, each moving its share of the loop's budget per pass.
         self.zero_copy_sends = 0
+        # Sends waiting on their transport (_sending/flow.py), each waiter with the
+        # transport whose close must wake it, and the one timer that looks while any
+        # waits (None when none does: only then does nothing here refer to the loop).
+        self.closing_waits: dict[asyncio.Future[None], Any] = {}
+        self.closing_timer: asyncio.TimerHandle | None = None
 
 
 _states: dict[int, LoopState] = {}

@@ -30,8 +30,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from .. import _loop_state
 from .._errors import transport_closing
 from .._forwarding import Forwarding
+from .._loop_state import LoopState
 from .._transports import Writing, writing
 
 # close() of a transport that still holds bytes (waiting for them to flush, or a TLS
@@ -107,26 +109,18 @@ class Flow:
         if not event.done():
             loop = asyncio.get_running_loop()
             waiter = loop.create_future()
-            check: asyncio.TimerHandle
 
             def wake(_: object = None) -> None:
                 if not waiter.done():
                     waiter.set_result(None)
 
-            def look_for_close() -> None:
-                nonlocal check
-                if self.transport.is_closing():
-                    wake()
-                else:
-                    check = loop.call_later(CLOSE_CHECK_INTERVAL, look_for_close)
-
             event.add_done_callback(wake)
             watcher.waiters.add(waiter)
-            check = loop.call_later(CLOSE_CHECK_INTERVAL, look_for_close)
+            shared = _watch_for_close(waiter, self.transport)
             try:
                 await waiter
             finally:
-                check.cancel()
+                _stop_watching(shared, waiter)
                 event.remove_done_callback(wake)
                 watcher.waiters.discard(waiter)
         self.check_open()
@@ -166,6 +160,35 @@ class Flow:
             await self.wait_for(watcher.resumed)
         finally:
             watcher.resumed = None
+
+
+def _watch_for_close(waiter: asyncio.Future[None], transport: Any) -> LoopState:
+    """Wakes `waiter` if `transport` is found closing, looked at every
+    CLOSE_CHECK_INTERVAL by its loop's one timer while any send waits (a timer per
+    wait, re-armed each interval, cost the stock loop a heap push of Python-compared
+    handles per send and interval); `_stop_watching()` when the wait is over."""
+    shared = _loop_state.current()
+    shared.closing_waits[waiter] = transport
+    if shared.closing_timer is None:
+        loop = asyncio.get_running_loop()
+        shared.closing_timer = loop.call_later(CLOSE_CHECK_INTERVAL, _look_for_close, shared)
+    return shared
+
+
+def _stop_watching(shared: LoopState, waiter: asyncio.Future[None]) -> None:
+    """The wait is over; the last one stops the timer (nothing stays per loop)."""
+    shared.closing_waits.pop(waiter, None)
+    if not shared.closing_waits and shared.closing_timer is not None:
+        shared.closing_timer.cancel()
+        shared.closing_timer = None
+
+
+def _look_for_close(shared: LoopState) -> None:
+    for waiter, transport in list(shared.closing_waits.items()):
+        if transport.is_closing() and not waiter.done():
+            waiter.set_result(None)
+    loop = asyncio.get_running_loop()
+    shared.closing_timer = loop.call_later(CLOSE_CHECK_INTERVAL, _look_for_close, shared)
 
 
 class _PassThrough(Forwarding):
