@@ -101,7 +101,7 @@ async def test_large_body_leaves_in_full_segments(
 async def test_send_leaves_the_socket_uncorked(
     connect: Callable[..., Any], make_file: Callable[..., Path], core: Core, size: int
 ) -> None:
-    """Small (never corked) or large (corked step by step): nothing is held back after."""
+    """Small (never corked) or large (corked for the send): nothing is held back after."""
     path = make_file(size)
     conn: Connection = await connect("tcp")
     sock = conn.transport.get_extra_info("socket")
@@ -109,6 +109,32 @@ async def test_send_leaves_the_socket_uncorked(
         assert await aiosendfile.send(conn.writer, f, headers=HEADER, trailers=TRAILER) == size
     assert not corked(sock)
     assert await conn.received_after_close() == HEADER + pattern(size) + TRAILER
+
+
+async def test_cork_is_held_while_a_large_send_waits(
+    connect: Callable[..., Any], make_file: Callable[..., Path], core: Core
+) -> None:
+    """One cork for the whole send, as nginx's tcp_nopush: while the send waits on a
+    full socket the socket stays corked (no uncork, and its push of a partial segment,
+    after every step), and the end of the send releases it."""
+    size = 8 * ENGINE.cork_min
+    path = make_file(size)
+    conn: Connection = await connect("tcp", reading=False, sndbuf=65536, peer_rcvbuf=65536)
+    sock = conn.transport.get_extra_info("socket")
+    with path.open("rb") as f:
+        task = asyncio.create_task(aiosendfile.send(conn.writer, f, headers=HEADER))
+        try:
+            await asyncio.sleep(0.2)  # the paused peer takes far less than the file
+            waiting = not task.done()
+            held = corked(sock)
+        finally:
+            conn.peer.resume()  # the send ends, whatever was seen
+            sent = await asyncio.wait_for(task, 30)
+    assert waiting
+    assert held, "uncorked while the send waited: the cork is taken and released per step"
+    assert sent == size
+    assert not corked(sock)
+    assert await conn.received_after_close() == HEADER + pattern(size)
 
 
 async def test_send_keeps_the_callers_cork(
