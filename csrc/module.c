@@ -225,22 +225,8 @@ done:
     return ret;
 }
 
-/* An exact int that fits a C int (or a Py_ssize_t); 0, with no error set, for
+/* An exact int that fits a Py_ssize_t (or a C int); 0, with no error set, for
  * anything else, which the keyword parser then meets and reports. */
-static int fast_int(PyObject *obj, int *out)
-{
-    int overflow;
-    long value;
-
-    if (!PyLong_CheckExact(obj))
-        return 0;
-    value = PyLong_AsLongAndOverflow(obj, &overflow);
-    if (overflow || value < INT_MIN || value > INT_MAX)
-        return 0;
-    *out = (int)value;
-    return 1;
-}
-
 static int fast_ssize(PyObject *obj, Py_ssize_t *out)
 {
     int overflow;
@@ -252,6 +238,16 @@ static int fast_ssize(PyObject *obj, Py_ssize_t *out)
     if (overflow || value < PY_SSIZE_T_MIN || value > PY_SSIZE_T_MAX)
         return 0;
     *out = (Py_ssize_t)value;
+    return 1;
+}
+
+static int fast_int(PyObject *obj, int *out)
+{
+    Py_ssize_t value;
+
+    if (!fast_ssize(obj, &value) || value < INT_MIN || value > INT_MAX)
+        return 0;
+    *out = (int)value;
     return 1;
 }
 
