@@ -51,6 +51,34 @@ _NOTSENT_LOWAT_DEFAULT = "/proc/sys/net/ipv4/tcp_notsent_lowat"
 NO_LIMIT = 2**32 - 1
 
 
+# TCP_CORK (Linux 2.2): segments held until full or the cork is released.
+_TCP_CORK = getattr(socket, "TCP_CORK", None)
+
+
+def cork(sock: socket.socket) -> bool:
+    """Corks a TCP socket unless it is corked already (the application's own cork is
+    left alone): whether this call corked it, and so must `uncork()` it.  False
+    where there is no TCP_CORK, or the socket failed (its next use says so)."""
+    if _TCP_CORK is None:
+        return False
+    try:
+        if sock.getsockopt(socket.IPPROTO_TCP, _TCP_CORK):
+            return False
+        sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, 1)
+    except OSError:
+        return False
+    return True
+
+
+def uncork(sock: socket.socket) -> None:
+    """Releases a cork `cork()` set: what it held leaves at once, the last partial
+    segment included (nothing to do on a socket that failed meanwhile)."""
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, 0)  # type: ignore[arg-type]
+    except OSError:
+        pass
+
+
 def send_memory(sock: socket.socket) -> tuple[int, int, int]:
     """The memory of the socket's send side by the kernel's own accounting
     (SO_MEMINFO): (allocated, SO_SNDBUF, queued), in bytes."""

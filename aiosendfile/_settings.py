@@ -26,10 +26,10 @@ class EngineSettings:
     # Ask the page cache (cachestat) before a range goes to sendfile(2), so the
     # loop never sleeps on the disk; off, sendfile(2) reads cold pages itself.
     check_cache: bool = True
-    # A step that may move this many bytes runs under TCP_CORK (nginx's tcp_nopush):
-    # full-sized segments, the last partial one pushed as the step ends.  Smaller
-    # steps go uncorked: their two extra setsockopt calls cost more than they save
-    # (docs/usage.md, "Which path is taken", has the figures).
+    # A send with this many bytes still to go holds TCP_CORK (nginx's tcp_nopush):
+    # full-sized segments, the last partial one pushed when the cork is released.
+    # Smaller sends go uncorked: the two extra setsockopt calls cost more than they
+    # save (docs/usage.md, "Which path is taken", has the figures).
     cork_min: int = 512 * 1024
     # receive()'s pipes (F_SETPIPE_SZ): each splice(2) from a socket fills at most
     # one pipe's worth, and the default 64 KiB pipe holds 16 socket buffers, often

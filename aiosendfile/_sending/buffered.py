@@ -111,22 +111,14 @@ class Room:
         as many segments, each waking the peer."""
         if self._sock is None or self._corked or self._sock.family not in _linux.TCP_FAMILIES:
             return
-        try:
-            if not self._sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK):
-                self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
-                self._corked = True
-        except OSError:
-            pass  # the socket failed: the next write or wait says so
+        self._corked = _linux.cork(self._sock)
 
     def push(self) -> None:
         """Releases the turn's cork: what it held leaves at once."""
         if self._corked:
             self._corked = False
-            try:
-                assert self._sock is not None
-                self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
-            except OSError:
-                pass
+            assert self._sock is not None
+            _linux.uncork(self._sock)
 
     def close(self) -> None:
         self.push()

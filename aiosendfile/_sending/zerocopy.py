@@ -27,16 +27,13 @@ import asyncio
 import os
 import socket
 
-from .. import _core, _disk, _loop_state
+from .. import _core, _disk, _linux, _loop_state
 from .._errors import Action, cannot_tell, classify, transport_closing
 from .._files import MAX_FILE_POSITION
 from .._holds import IN_PROGRESS
-from .._linux import TCP_FAMILIES
 from .._readiness import run_on_events
 from .._settings import ENGINE
 from .transfer import Transfer
-
-_TCP_CORK = getattr(socket, "TCP_CORK", None)  # Linux's; elsewhere nothing is held
 
 READ_AHEAD = 4 * 1024 * 1024  # residency window, and the size of one disk read
 
@@ -90,7 +87,7 @@ class SendfileEngine:
         self._disk_read_start = 0
         self.started = False  # a byte of ours went: bytes queued after this are not ours
         sock = transfer.flow.sock
-        self.corkable = sock is not None and sock.family in TCP_FAMILIES
+        self.corkable = sock is not None and sock.family in _linux.TCP_FAMILIES
         self.family: int = sock.family if self.corkable else -1
         # finish() corks the socket once for all its steps (nginx's tcp_nopush) rather
         # than each step corking and uncorking it: three system calls fewer per step.
@@ -292,30 +289,22 @@ class SendfileEngine:
     def hold_cork(self) -> None:
         """Corks our dup's socket for the steps to come, unless the application corked
         it (its cork is left alone); `release_cork()` undoes it."""
-        option = _TCP_CORK
-        if option is None or not self.corkable or not self.owns_out_fd:
+        if not self.corkable or not self.owns_out_fd:
             return
         sock = socket.socket(self.family, socket.SOCK_STREAM, 0, self.out_fd)
         try:
-            if not sock.getsockopt(socket.IPPROTO_TCP, option):
-                sock.setsockopt(socket.IPPROTO_TCP, option, 1)
-                self.cork_held = True
-        except OSError:
-            pass  # the socket failed: the next step says so
+            self.cork_held = _linux.cork(sock)
         finally:
             sock.detach()
 
     def release_cork(self) -> None:
         """Releasing the cork sends what it held, the last partial segment included."""
-        option = _TCP_CORK
-        if not self.cork_held or option is None:
+        if not self.cork_held:
             return
         self.cork_held = False
         sock = socket.socket(self.family, socket.SOCK_STREAM, 0, self.out_fd)
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, option, 0)
-        except OSError:
-            pass  # the socket failed meanwhile: nothing is left to push
+            _linux.uncork(sock)
         finally:
             sock.detach()
 
