@@ -20,13 +20,23 @@ if TYPE_CHECKING:
 
 
 class LoopState:
-    __slots__ = ("closing_timer", "closing_waits", "disk", "zero_copy_sends")
+    __slots__ = (
+        "closing_timer",
+        "closing_waits",
+        "disk",
+        "pass_open",
+        "stepped_last_pass",
+        "stepped_this_pass",
+    )
 
     def __init__(self) -> None:
         # The disk workers' queue (_disk), made by the first job.
         self.disk: JobQueue | None = None
-        # Zero-copy sends under way, each moving its share of the loop's budget per pass.
-        self.zero_copy_sends = 0
+        # Zero-copy steps made on writable events in this pass of the loop, and in the
+        # last pass: the sends sharing the loop's budget (_sending/zerocopy.py).
+        self.stepped_this_pass = 0
+        self.stepped_last_pass = 0
+        self.pass_open = False  # a callback ends the pass (the next loop iteration runs it)
         # Sends waiting on their transport (_sending/flow.py), each waiter with the
         # transport whose close must wake it, and the one timer that looks while any
         # waits (None when none does: only then does nothing here refer to the loop).

@@ -19,7 +19,8 @@ DEFAULT_MIN_SHARE = 512 * 1024
 
 @dataclasses.dataclass
 class EngineSettings:
-    # Bytes all of a loop's zero-copy sends move in one pass, split between them.
+    # Bytes a loop's zero-copy sends move in one pass, split between the sends
+    # that stepped in the last pass (_sending/zerocopy.py).
     loop_budget: int = 4 * MiB
     # The least one call may move, however many sends share the loop.
     min_share: int = DEFAULT_MIN_SHARE

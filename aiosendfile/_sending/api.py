@@ -118,7 +118,8 @@ async def send(
        network, and pages not in the page cache are read in, and paths on
        filesystems that can wait are opened, by worker threads, so it does not
        wait for the disk either.  One writable event moves at most a fair share
-       (at least 128 KiB) when several sends are in progress on the loop.
+       of the loop's budget (at least 512 KiB) when several sends step in the
+       same pass of the loop.
     9. **The file stays the file.** A file with a descriptor is sent from the
        send's own duplicate of it (`dup(2)`, made before the send first waits),
        so closing the file object while the send runs (another task's timeout

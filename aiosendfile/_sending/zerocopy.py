@@ -17,8 +17,10 @@ Two things keep the loop free for everyone else:
   check (cachestat(2)) says how much of it is cached; what is not is read in
   by a worker (_disk.populate) a few MiB ahead while the loop serves others.
 - fairness: one call moves at most a share of the loop budget, split between the
-  zero-copy sends running on the loop, so one writable event cannot hold the
-  loop for long while other connections wait (nginx's sendfile_max_chunk).
+  zero-copy sends that stepped in the loop's last pass (counted in its LoopState),
+  so one writable event cannot hold the loop for long while other connections
+  wait (nginx's sendfile_max_chunk), and a pass moves about the budget however
+  many sends wake in it.
 """
 
 from __future__ import annotations
@@ -103,7 +105,6 @@ class SendfileEngine:
         self.owns_out_fd = True
         transfer = self.transfer
         flow = transfer.flow
-        self.shared.zero_copy_sends += 1
         try:
             flow.watch()  # so a close or a reset ends every wait below at once
             while not self.finished:
@@ -128,7 +129,6 @@ class SendfileEngine:
             transfer.transport.abort()
             raise
         finally:
-            self.shared.zero_copy_sends -= 1
             self.close()
         self.send_rest()
 
@@ -155,7 +155,10 @@ class SendfileEngine:
         t = self.transfer
         position = t.offset + t.sent
         end = self.end
-        sharing = self.shared.zero_copy_sends
+        shared = self.shared
+        sharing = shared.stepped_last_pass
+        if shared.stepped_this_pass > sharing:
+            sharing = shared.stepped_this_pass
         share = ENGINE.loop_budget // sharing if sharing > 1 else ENGINE.loop_budget
         if share < ENGINE.min_share:
             share = ENGINE.min_share
@@ -170,6 +173,10 @@ class SendfileEngine:
                 nbytes = ahead
         if nbytes <= 0:
             return
+        if not shared.pass_open:
+            shared.pass_open = True
+            asyncio.get_running_loop().call_soon(_end_pass, shared)
+        shared.stepped_this_pass += 1
         trailer = t.trailer if position + nbytes == end else b""
         cork = not self.cork_held and self.corkable and nbytes >= ENGINE.cork_min
         try:
@@ -319,3 +326,11 @@ class SendfileEngine:
             self.owns_out_fd = False
             os.close(self.out_fd)
         self.transfer.flow.unwatch()
+
+
+def _end_pass(shared: _loop_state.LoopState) -> None:
+    """Runs first in the loop's next iteration: the steps this pass made are how many
+    sends share the loop's budget in the next one."""
+    shared.stepped_last_pass = shared.stepped_this_pass
+    shared.stepped_this_pass = 0
+    shared.pass_open = False
