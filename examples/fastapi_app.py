@@ -8,9 +8,12 @@ Run it from the directory it serves (one holding a report.pdf), either way:
 (`--app-dir` tells uvicorn where to import `fastapi_app` from: the directory it
 runs in is the one it serves.)  GET /report answers with ./report.pdf, named as
 FastAPI's tutorial names files, relative to the working directory; /static/NAME
-with any file of the directory (FastAPI's StaticFiles: Range and conditional
-requests too).  The app is plain FastAPI: only the server's protocol changes,
-and FileResponse's bodies go by sendfile(2) instead of 64 KiB reads in threads.
+with any file of the directory (StaticFiles: Range and conditional requests
+too).  The app is plain FastAPI but for one import: FileResponse and StaticFiles
+come from aiosendfile.starlette (Starlette's classes, whose Range answers go
+zero-copy too), and the server's protocol is aiosendfile's, so every file body
+(a whole file, one range, several) goes by sendfile(2) instead of 64 KiB reads
+in threads.
 """
 
 from __future__ import annotations
@@ -19,10 +22,9 @@ import sys
 
 import uvicorn
 from fastapi import FastAPI
-from fastapi.responses import FileResponse
-from fastapi.staticfiles import StaticFiles
 
 import aiosendfile.uvicorn
+from aiosendfile.starlette import FileResponse, StaticFiles
 
 app = FastAPI()
 

@@ -367,6 +367,10 @@ def test_fastapi_example(command: str, tmp_path: Path, curl_path: str) -> None:
         assert curl(base + "/report") == report
         assert curl(base + "/static/data.bin") == data
         assert curl(base + "/static/data.bin", "--range", "10-19") == data[10:20]
+        parts = curl(base + "/static/data.bin", "--range", "0-9,20-29")  # multipart/byteranges
+        for first, last in ((0, 9), (20, 29)):
+            part = b"Content-Range: bytes %d-%d/70000\r\n\r\n" % (first, last)
+            assert part + data[first : last + 1] + b"\r\n" in parts
         head = curl(base + "/report", "--dump-header", "-", "--output", os.devnull).decode()
         assert "content-type: application/pdf" in head and "content-length: 300001" in head
     text = log.read_text()
