@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiosendfile_bench import blocking, ftp, nginx, receiver, report
+from aiosendfile_bench import blocking, cli, ftp, nginx, ranges, receiver, report
 from aiosendfile_bench.cli import WORKLOAD_NAMES
 from aiosendfile_bench.results import GIB, Sample, Section, summarize
 from aiosendfile_bench.runner import MeasurementError
@@ -677,8 +677,10 @@ def test_bench_nginx_rows_serve_the_same_workloads(bench: BenchRun) -> None:
         for r in s["rows"]
         if "nginx" in r["row"]
     }
-    expected = {(w, "tcp", "nginx") for w in REGISTRY["nginx"].workloads}
-    expected |= {(w, "tls", "tls-nginx") for w in REGISTRY["tls-nginx"].workloads}
+    expected = {(w, "tcp", "nginx") for w in REGISTRY["nginx"].workloads if w in WORKLOAD_NAMES}
+    expected |= {
+        (w, "tls", "tls-nginx") for w in REGISTRY["tls-nginx"].workloads if w in WORKLOAD_NAMES
+    }
     assert served == expected
     for section in bench.data["sections"]:
         for row in section["rows"]:
@@ -960,3 +962,190 @@ def test_bench_skips_aiofastnet_where_it_is_not_installed() -> None:
     ((_, (_header, _rule, limit, _ceiling)),) = _tables(done.stdout)
     assert limit[0] == "`limit`"
     assert done.stdout.rstrip().endswith("- large: no aiosendfile row ran.")
+
+
+# --- ranges: Range requests to Starlette, aiohttp and nginx ---
+
+RANGE_NAMES = ("range", "multirange")
+
+
+def test_bench_range_workloads_run_every_row(tmp_path: Path) -> None:
+    out = tmp_path / "ranges.json"
+    args = ["bench", "--workloads", "ranges", "--size", "4M", "--requests", "20", "--runs", "1"]
+    done = run_bench(*args, "--no-progress", "--json", str(out), timeout=180)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    data = json.loads(out.read_text())
+    # A server that answers 416 (aiohttp's own FileResponse to several ranges) is shown as
+    # not supporting the workload; every other row served every response.
+    assert [f for f in data["failures"] if not f["unsupported"]] == []
+    sections = {s["workload"]["name"]: s for s in data["sections"]}
+    assert set(sections) == set(RANGE_NAMES)
+    assert {s["transport"] for s in data["sections"]} == {"tcp"}
+    for name, section in sections.items():
+        workload = section["workload"]
+        assert workload["file_size"] == ranges.RANGE_BYTES and workload["source_size"] == 4 << 20
+        assert workload["ranges"] == (1 if name == "range" else ranges.PARTS)
+        assert section["references"] == ["nginx"]
+        expected = {
+            row.name
+            for row in REGISTRY.values()
+            if name in row.workloads and cli.missing(row, True, None) is None
+        }
+        ran = {row["row"] for row in section["rows"]}
+        assert ran | set(section["unsupported"]) == expected
+        assert not ran & set(section["unsupported"])
+        assert ("nginx" in ran) == (NGINX_MISSING is None)  # nginx serves both, where it is
+        assert {"uvicorn-uvloop", "aiohttp-dropin-uvloop"} <= ran
+        if name == "range":
+            assert section["unsupported"] == {}
+        for why in section["unsupported"].values():
+            assert why.startswith("not supported: 416")
+        responses = workload["warmup"] + workload["requests"]
+        for row in section["rows"]:
+            (sample,) = row["samples"]
+            assert sample["server_responses"] == responses
+            assert sample["server_file_bytes"] == responses * ranges.RANGE_BYTES
+            assert sample["timed_responses"] == workload["requests"]
+            assert row["median"] > 0 and row["cpu"] > 0
+        for dropin, stock in (
+            ("uvicorn-dropin-uvloop", "uvicorn-uvloop"),
+            ("uvicorn-dropin-asyncio", "uvicorn-asyncio"),
+            ("granian", "uvicorn-uvloop"),
+            ("aiohttp-dropin-uvloop", "aiohttp-uvloop"),
+            ("aiohttp-dropin-asyncio", "aiohttp-asyncio"),
+        ):
+            row = next((r for r in section["rows"] if r["row"] == dropin), None)
+            if row is not None:
+                assert row["baseline"] == stock
+                assert (row["vs_baseline"] is None) == (stock in section["unsupported"])
+    tables = dict(_tables(done.stdout))
+    for section in data["sections"]:
+        header, _rule, *body = tables[section["title"]]
+        assert (
+            header[:6]
+            == ["row", "responses/s", "min-max", "MB/s", "x stock", "x nginx"][
+                : 6 if NGINX_MISSING is None else 5
+            ]
+        )
+        shown = [cells[0].strip("`") for cells in body[:-1]]
+        assert shown == [r["row"] for r in section["rows"]] + list(section["unsupported"])
+        for cells in body[len(section["rows"]) : -1]:
+            assert cells[1] == "not supported: 416"
+        assert body[-1][0] == "receiver ceiling"
+    assert "### HTTP ranges: 1 MiB at a random offset of a 4 MiB file per GET, 20 GETs" in (
+        done.stdout
+    )
+    assert "### HTTP ranges: 4 x 256 KiB at random offsets (multipart/byteranges)" in done.stdout
+    verdict = done.stdout.partition("## Verdict")[2]
+    assert [line.split(":")[0] for line in verdict.splitlines() if line.startswith("- ")] == [
+        "- range",
+        "- multirange",
+    ]
+    assert "FAILED" not in done.stdout
+
+
+def test_bench_range_workloads_need_a_larger_file() -> None:
+    done = run_bench("bench", "--workloads", "multirange", "--size", "1M", "--no-progress")
+    assert done.returncode == 2
+    assert "multirange needs a file of at least 2 MiB (--size)" in done.stderr
+
+
+def test_range_sequence_is_seeded_sorted_and_apart() -> None:
+    (single, multi) = ranges.workloads(64 << 20, 300, 15).values()
+    assert ranges.sequence(multi) == ranges.sequence(multi)  # every row: the same
+    for workload in (single, multi):
+        plan = ranges.sequence(workload)
+        assert len(plan) == 315
+        span = workload.file_size // workload.ranges
+        aligned = 0
+        for asked in plan:
+            assert len(asked) == workload.ranges
+            assert all(last - first + 1 == span for first, last in asked)
+            assert asked[0][0] >= 0 and asked[-1][1] < 64 << 20
+            ends = [last for _, last in asked[:-1]]
+            starts = [first for first, _ in asked[1:]]
+            assert all(
+                start - end > ranges.MIN_GAP for end, start in zip(ends, starts, strict=True)
+            )
+            aligned += all(first % ranges.PAGE == 0 for first, _ in asked)
+        assert 0.3 < aligned / len(plan) < 0.8  # whole pages or any byte, a coin flip each
+    assert ranges.request(((0, 9), (20, 29))).endswith(b"\r\nRange: bytes=0-9,20-29\r\n\r\n")
+
+
+def _partial(body: bytes, head: bytes) -> bytes:
+    return (
+        b"HTTP/1.1 206 Partial Content\r\n"
+        + head
+        + b"Content-Length: %d\r\n\r\n" % len(body)
+        + body
+    )
+
+
+def _multipart(data: bytes, asked: list[tuple[int, int]], nginx_style: bool) -> bytes:
+    """A multipart/byteranges body of `asked` ranges of `data`, framed as nginx frames it
+    (CRLF first and last) or as Starlette does."""
+    body = b""
+    for first, last in asked:
+        body += b"\r\n" if nginx_style or body else b""
+        body += b"--XYZ\r\nContent-Type: application/octet-stream\r\n"
+        body += b"Content-Range: bytes %d-%d/%d\r\n\r\n" % (first, last, len(data))
+        body += data[first : last + 1]
+    return body + b"\r\n--XYZ--" + (b"\r\n" if nginx_style else b"")
+
+
+@pytest.mark.parametrize("chunk", [7, 4096, 1 << 20])
+def test_receiver_range_responses_are_checked(tmp_path: Path, chunk: int) -> None:
+    data = os.urandom(100_000)
+    path = tmp_path / "file.bin"
+    path.write_bytes(data)
+    size = len(data)
+    one = [(1000, 5999)]
+    good = _partial(data[1000:6000], b"Content-Range: bytes 1000-5999/%d\r\n" % size)
+    body, boundary = ranges._response(_Replay(good, chunk), one, size, whole=True)
+    assert boundary is None
+    ranges._compare(str(path), one, body, boundary)
+    conn = _Replay(good, chunk)
+    assert ranges._response(conn, one, size) == (b"", None)
+    assert not conn.data and (chunk > 5000 or conn.dropped)  # the body dropped unseen
+    with pytest.raises(ValueError, match="differ from the file"):
+        ranges._compare(str(path), [(1001, 6000)], body, None)
+    with pytest.raises(ValueError, match="Content-Range differs"):
+        ranges._response(_Replay(good, chunk), [(1000, 5998)], size)
+    with pytest.raises(ranges.Unsupported, match="not supported: 416"):
+        ranges._response(_Replay(b"HTTP/1.1 416 Range Not Satisfiable\r\n\r\n"), one, size)
+    with pytest.raises(ValueError, match="not 206"):
+        ranges._response(_Replay(_response(data)), one, size)
+    with pytest.raises(ConnectionError, match="EOF after"):
+        ranges._response(_Replay(good[:-1], chunk), one, size)
+    several = [(0, 99), (10_000, 10_099), (99_900, 99_999)]
+    head = b"Content-Type: multipart/byteranges; boundary=XYZ\r\n"
+    for nginx_style in (True, False):
+        framed = _multipart(data, several, nginx_style)
+        got, boundary = ranges._response(
+            _Replay(_partial(framed, head), chunk), several, size, True
+        )
+        assert boundary == b"XYZ"
+        ranges._compare(str(path), several, got, boundary)
+        assert ranges._response(_Replay(_partial(framed, head), chunk), several, size)[1]
+        # Content-Length one byte short: the close delimiter is not where it says.
+        short = _partial(framed, head).replace(
+            b"Length: %d" % len(framed), b"Length: %d" % (len(framed) - 1)
+        )
+        with pytest.raises(ValueError, match=r"does not end with|more than Content-Length"):
+            ranges._response(_Replay(short, chunk), several, size)
+        with pytest.raises(ValueError, match="asked for"):
+            ranges._compare(str(path), several[:2], got, boundary)
+        bad = bytearray(got)
+        bad[got.index(b"\r\n\r\n", 5) + 4 + 50] ^= 0xFF  # a byte of the first part
+        with pytest.raises(ValueError, match="differ from the file"):
+            ranges._compare(str(path), several, bytes(bad), boundary)
+    with pytest.raises(ValueError, match="without multipart/byteranges"):
+        ranges._response(_Replay(good, chunk), several, size)
+
+
+def test_bench_starlette_dropin_row_is_unavailable_without_its_module() -> None:
+    without = WITHOUT_AIOHTTP.replace("'aiohttp'", "'aiosendfile.starlette'")
+    listed = run_bench("bench", "--list", without=without)
+    assert listed.returncode == 0, listed.stderr
+    reason = "this aiosendfile has no aiosendfile.starlette (the drop-in FileResponse)"
+    assert f"range, multirange (cannot run here: {reason})" in listed.stdout

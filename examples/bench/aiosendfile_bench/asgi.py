@@ -18,6 +18,12 @@ The rows, each started as its users start it, a program of its own:
   row above on the same loop;
 - ``granian``: ``python -m granian --interface asgi --workers 1 --loop uvloop``,
   its defaults otherwise (one runtime thread), compared with ``uvicorn-uvloop``;
+- ``uvicorn-dropin-uvloop``, ``uvicorn-dropin-asyncio``, for the range workloads only
+  (ranges.py, with ``uvicorn-*`` and ``granian``): the same uvicorn as
+  ``uvicorn-aiosendfile-*``, the app (`dropin_app`) returning
+  ``aiosendfile.starlette.FileResponse``, which sends ranges as
+  ``http.response.zerocopysend``; unavailable where this aiosendfile has no
+  ``aiosendfile.starlette``;
 - ``tls-`` each of them over TLS (uvicorn's ``--ssl-certfile``/``--ssl-keyfile``;
   granian's ``--ssl-certificate``/``--ssl-keyfile``, its key as PKCS#8, the only
   form it reads).
@@ -35,6 +41,8 @@ session whatever is left.
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.util
 import os
 import re
 import subprocess
@@ -46,7 +54,7 @@ from typing import Any, ClassVar
 from . import serving
 from .programs import ProgramServer, tree
 from .runner import NO_EXTENSIONS, Server, child_environment
-from .senders import Sender, register
+from .senders import RANGE_ONLY, Sender, register
 from .workloads import HTTP_PATH, Job, Workload
 
 FILE_VARIABLE = "AIOSENDFILE_BENCH_FILE"  # the file the app's one route answers with
@@ -63,20 +71,25 @@ def workloads(http: Mapping[str, Workload]) -> dict[str, Workload]:
     }
 
 
+# The apps a server may import (`AsgiRow.app`) -> the module of their FileResponse.
+APPS = {"app": "starlette.responses", "dropin_app": "aiosendfile.starlette"}
+
+
 def __getattr__(name: str) -> Any:
     # The app is made in the server that imports it: the bench itself needs no Starlette.
-    if name == "app":
+    if name in APPS:
         from starlette.applications import Starlette
         from starlette.requests import Request
-        from starlette.responses import FileResponse
+        from starlette.responses import Response
         from starlette.routing import Route
 
         path = os.environ[FILE_VARIABLE]
+        response: type[Response] = importlib.import_module(APPS[name]).FileResponse
 
-        async def file(request: Request) -> FileResponse:
-            return FileResponse(path)
+        async def file(request: Request) -> Response:
+            return response(path)
 
-        made = globals()["app"] = Starlette(routes=[Route(HTTP_PATH, file)])
+        made = globals()[name] = Starlette(routes=[Route(HTTP_PATH, file)])
         return made
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -86,6 +99,7 @@ class AsgiRow(Sender):
 
     workloads = ASGI_ONLY
     ready_line: ClassVar[str]  # what the server logs once it serves (a regular expression)
+    app: ClassVar[str] = "app"  # the app it serves: one of APPS
 
     def serve(self, ctx: serving.Context) -> None:
         raise TypeError(f"{self.name} is a program of its own: launch() starts it")
@@ -105,7 +119,7 @@ class UvicornRow(AsgiRow):
     http: ClassVar[str] = "httptools"
 
     def command(self, port: int, tls: tuple[str, str] | None) -> list[str]:
-        argv = [sys.executable, "-m", "uvicorn", f"{__name__}:app", "--host", "127.0.0.1"]
+        argv = [sys.executable, "-m", "uvicorn", f"{__name__}:{self.app}", "--host", "127.0.0.1"]
         argv += ["--port", str(port), "--http", self.http, "--loop", self.loop]
         argv += ["--lifespan", "off", "--no-access-log", "--log-level", "info"]
         return argv + (["--ssl-certfile", tls[0], "--ssl-keyfile", tls[1]] if tls else [])
@@ -127,7 +141,7 @@ class GranianRow(AsgiRow):
     def command(self, port: int, tls: tuple[str, str] | None) -> list[str]:
         argv = [sys.executable, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1"]
         argv += ["--port", str(port), "--workers", "1", "--no-ws", "--loop", "uvloop"]
-        argv += ["--log-level", "info", f"{__name__}:app"]
+        argv += ["--log-level", "info", f"{__name__}:{self.app}"]
         return argv + (["--ssl-certificate", tls[0], "--ssl-keyfile", tls[1]] if tls else [])
 
     def baseline(self) -> str | None:
@@ -139,6 +153,7 @@ class UvicornUvloop(UvicornRow):
     name = "uvicorn-uvloop"
     title = "Starlette's FileResponse on uvicorn as installed (httptools, uvloop): 64 KiB reads"
     requires = (*UvicornRow.requires, "uvloop")
+    workloads = ASGI_ONLY | RANGE_ONLY
 
 
 @register
@@ -146,6 +161,7 @@ class UvicornAsyncio(UvicornRow):
     name = "uvicorn-asyncio"
     title = "the same on uvicorn's asyncio loop (--loop asyncio)"
     loop = "asyncio"
+    workloads = ASGI_ONLY | RANGE_ONLY
 
 
 @register
@@ -172,18 +188,48 @@ class Granian(GranianRow):
         "the same app on granian --interface asgi (one worker, uvloop): pathsend, read in "
         "chunks by its Rust runtime"
     )
+    workloads = ASGI_ONLY | RANGE_ONLY
+
+
+class DropinRow(OursRow):
+    """Our protocol serving the app that returns aiosendfile.starlette.FileResponse."""
+
+    workloads = RANGE_ONLY
+    app = "dropin_app"
+
+    def unavailable(self) -> str | None:
+        if importlib.util.find_spec(APPS[self.app]) is None:
+            return f"this aiosendfile has no {APPS[self.app]} (the drop-in FileResponse)"
+        return None
+
+
+@register
+class DropinUvloop(DropinRow, OursUvloop):
+    name = "uvicorn-dropin-uvloop"
+    title = (
+        "the app returning aiosendfile.starlette.FileResponse (the drop-in) on uvicorn --http "
+        "aiosendfile.uvicorn:HttpToolsProtocol (uvloop): ranges as http.response.zerocopysend"
+    )
+
+
+@register
+class DropinAsyncio(DropinRow, OursAsyncio):
+    name = "uvicorn-dropin-asyncio"
+    title = "the same drop-in app on that uvicorn with --loop asyncio"
 
 
 @register
 class TlsUvicornUvloop(UvicornUvloop):
     name = "tls-uvicorn-uvloop"
     transport = "tls"
+    workloads = ASGI_ONLY
 
 
 @register
 class TlsUvicornAsyncio(UvicornAsyncio):
     name = "tls-uvicorn-asyncio"
     transport = "tls"
+    workloads = ASGI_ONLY
 
 
 @register
@@ -202,6 +248,7 @@ class TlsOursAsyncio(OursAsyncio):
 class TlsGranian(Granian):
     name = "tls-granian"
     transport = "tls"
+    workloads = ASGI_ONLY
 
 
 class AsgiServer(ProgramServer):

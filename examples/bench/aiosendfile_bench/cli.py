@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import asgi, files, ftp, nginx, report, runner, senders, targets
+from . import asgi, files, ftp, nginx, ranges, report, runner, senders, targets
 from .files import Served
 from .progress import Progress
 from .results import Failure, Sample, Section, summarize
@@ -72,10 +72,17 @@ WORKLOAD_NAMES = (
 # Run only when named (--workloads ftp): they need curl, pyftpdlib, aioftp and
 # examples/ftp_server.py (a checkout's, or --ftp-server).
 # --workloads asgi: Starlette on uvicorn and granian (uvicorn, starlette, granian).
-OPT_IN_WORKLOADS = ("ftp-download", "ftp-upload", *asgi.WORKLOADS)
+# --workloads ranges (range, multirange): Range requests to Starlette, aiohttp and nginx.
+OPT_IN_WORKLOADS = ("ftp-download", "ftp-upload", *asgi.WORKLOADS, *ranges.NAMES)
 ALL_WORKLOADS = WORKLOAD_NAMES + OPT_IN_WORKLOADS
 # --workloads shorthands: small is both small-file workloads, http both HTTP ones, ftp both FTP.
-WORKLOAD_ALIASES = {"small": "small-*", "http": "http-*", "ftp": "ftp-*", "asgi": "asgi-*"}
+WORKLOAD_ALIASES = {
+    "small": "small-*",
+    "http": "http-*",
+    "ftp": "ftp-*",
+    "asgi": "asgi-*",
+    "ranges": "*range",
+}
 
 
 class UsageError(Exception):
@@ -221,7 +228,8 @@ def build_parser(prog: str | None = None, lag: bool = False) -> argparse.Argumen
             "comma-separated workloads to run, with shell wildcards (default: all of "
             + ", ".join(WORKLOAD_NAMES)
             + "; small is small-4k and small-64k, http is http-large and http-64k; ftp, "
-            "ftp-download and ftp-upload, run only when named)"
+            "ftp-download and ftp-upload, asgi, asgi-large and asgi-64k, ranges, range and "
+            "multirange, run only when named)"
         ),
     )
     choice.add_argument(
@@ -314,7 +322,12 @@ def select_workloads(args: argparse.Namespace) -> list[Workload]:
             name, "requests", size, requests=args.requests, warmup=warmup, pinned=True
         )
     workloads.update(asgi.workloads(workloads))  # shaped as the http ones
-    return [workloads[name] for name in names]
+    workloads.update(ranges.workloads(args.size, args.requests, warmup))
+    chosen = [workloads[name] for name in names]
+    for workload in chosen:
+        if workload.ranges and (why := ranges.too_small(workload)):
+            raise UsageError(why)
+    return chosen
 
 
 def select_rows(args: argparse.Namespace) -> list[Sender]:
@@ -466,9 +479,10 @@ def measure_all(
                         row, workload, run, served[workload.name], receiver, row_tls, cores
                     )
             except runner.MeasurementError as exc:
-                failures.append(Failure(workload.name, row.name, run, str(exc)))
+                unsupported = isinstance(exc, runner.Unsupported)  # shown, not failed
+                failures.append(Failure(workload.name, row.name, run, str(exc), unsupported))
                 broken.add((workload.name, row.name))
-                progress.show(done + 1, f"{label}: FAILED {exc}")
+                progress.show(done + 1, f"{label}: {'' if unsupported else 'FAILED '}{exc}")
                 continue
             samples.append(sample)
             progress.show(done + 1, f"{label}: {_result_text(sample)}")
@@ -516,7 +530,7 @@ def _same_file(
         if (
             other.name in served
             and other.kind in ("stream", "requests", "ftp")
-            and other.file_size == workload.file_size
+            and other.served_size == workload.served_size
         ):
             return served[other.name]
     return None
@@ -528,7 +542,7 @@ def make_served(workload: Workload, directory: Path, cleanup: contextlib.ExitSta
         return Served(file=str(directory / "upload.bin"), written=True)
     if workload.kind != "files":
         path = directory / f"{workload.name}.bin"
-        files.make_file(path, workload.file_size)
+        files.make_file(path, workload.served_size)
         return Served(file=str(path))
     backing = files.make_files(directory / workload.name, workload.connections, workload.file_size)
     names = [str(path) for path in backing]
@@ -556,7 +570,7 @@ def write_results(
     package: str,
 ) -> int:
     """Markdown on stdout, and the JSON and the plot where asked; the exit status."""
-    sections = build_sections(plan.workloads, plan.rows, samples)
+    sections = build_sections(plan.workloads, plan.rows, samples, failures)
     notes = list(plan.notes)
     cipher = next((s.cipher for s in samples if s.cipher), None)
     if cipher:
@@ -588,11 +602,14 @@ def write_results(
         from .plot import plot  # matplotlib: only when asked
 
         plot(str(args.plot), sections, dict(result.machine), result.command, cores)
-    return 1 if failures else 0
+    return 1 if any(not failure.unsupported for failure in failures) else 0
 
 
 def build_sections(
-    workloads: Sequence[Workload], plan: dict[str, list[Sender]], samples: Sequence[Sample]
+    workloads: Sequence[Workload],
+    plan: dict[str, list[Sender]],
+    samples: Sequence[Sample],
+    failures: Sequence[Failure] = (),
 ) -> list[Section]:
     sections = []
     for workload in workloads:
@@ -603,7 +620,13 @@ def build_sections(
                 refs = senders.references(workload, transport)
                 baselines = {r.name: b for r in rows if (b := r.baseline()) is not None}
                 names = [r.name for r in rows]
-                sections.append(summarize(workload, transport, refs, names, samples, baselines))
+                section = summarize(workload, transport, refs, names, samples, baselines)
+                unsupported = {
+                    f.row: f.error
+                    for f in failures
+                    if f.unsupported and f.workload == workload.name and f.row in names
+                }
+                sections.append(dataclasses.replace(section, unsupported=unsupported))
     return sections
 
 

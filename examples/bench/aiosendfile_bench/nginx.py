@@ -1,8 +1,9 @@
 """The nginx rows: nginx serving the same file, to the same receiver, as the peer to beat.
 
 Where ``nginx`` is on the PATH, the ``nginx`` row serves the large, small-file,
-concurrent and HTTP workloads, and ``tls-nginx`` the large file and the HTTP
-workloads over TLS.  nginx speaks HTTP/1.1, which is every stream and requests
+concurrent, HTTP and range workloads (its static module answers Range requests,
+several ranges as multipart/byteranges), and ``tls-nginx`` the large file and
+the HTTP workloads over TLS.  nginx speaks HTTP/1.1, which is every stream and requests
 workload's protocol (workloads.py), so the receiver measures it as it measures
 every other row.  It is configured as a fast static server would be::
 
@@ -39,7 +40,7 @@ from typing import ClassVar
 from . import serving
 from .programs import ProgramServer, children_by_parent, state
 from .runner import MeasurementError, Server
-from .senders import PLAIN_WORKLOADS, Sender, register
+from .senders import HTTP_ONLY, PLAIN_WORKLOADS, RANGE_ONLY, Sender, register
 from .workloads import HTTP_PATH, Job
 
 NEEDED = (1, 19, 5)  # the first nginx with -e (its error log before the configuration)
@@ -144,7 +145,7 @@ class NginxServer(ProgramServer):
 class NginxRow(Sender):
     """nginx as installed, started per measurement by `launch()`."""
 
-    workloads: ClassVar[frozenset[str]] = PLAIN_WORKLOADS | {"http-large", "http-64k"}
+    workloads: ClassVar[frozenset[str]] = PLAIN_WORKLOADS | HTTP_ONLY | RANGE_ONLY
 
     def serve(self, ctx: serving.Context) -> None:
         raise TypeError(f"{self.name} is a program of its own: launch() starts it")

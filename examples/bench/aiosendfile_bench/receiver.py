@@ -34,6 +34,8 @@ a head, then the file.  Only file (body) bytes are counted and reported.
   head's size is then every later response's, which are discarded by that
   exact count (the cheapest receiver, as the small files share its core with
   the server).  The http workloads' requests read and check every head.
+- Ranges (``range``, ``multirange``): the same connection and pace, every GET with
+  a Range header, every 206 checked (`aiosendfile_bench.ranges`).
 - Upload: the receiver is the sending end: it sends from memory with
   sendall(), and the row's close (once every byte is in the file) stops its clock.
 """
@@ -55,7 +57,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from . import measure
+from . import measure, ranges
 from .workloads import UPLOAD_BLOCK, Fetch, file_request, upload_block
 
 RECV_CHUNK = 16 << 20  # the most one recv(MSG_TRUNC) may discard: fewer calls
@@ -97,6 +99,8 @@ def main() -> int:
 
 def run(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None) -> Result:
     workload = fetch.workload
+    if workload.ranges:
+        return ranged(fetch, buffer, tls)
     if workload.kind == "requests":
         return requests(fetch, buffer, tls)
     if workload.kind == "upload":
@@ -505,6 +509,16 @@ def requests(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None) -> Re
         "cpu_s": cpu,  # over the timed responses only
         "head_bytes": head,
     }
+    if isinstance(conn, _TlsHttp):
+        result["cipher"] = conn.cipher
+    return result
+
+
+def ranged(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None) -> Result:
+    """The range workloads (ranges.py): GETs with a Range header on one keep-alive
+    connection, every 206 checked, the first compared with the file."""
+    with _http(fetch, buffer, tls) as (conn, _):
+        result = ranges.exchange(conn, fetch)
     if isinstance(conn, _TlsHttp):
         result["cipher"] = conn.cipher
     return result

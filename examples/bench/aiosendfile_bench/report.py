@@ -14,7 +14,7 @@ import platform
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import verdict
+from . import ranges, verdict
 from .results import MIB, NOISE, Failure, RowFigures, Sample, Section, disagree
 from .targets import Verdict
 from .workloads import Placement
@@ -98,6 +98,8 @@ def markdown(run: Run) -> str:
         lines.append(SENDING)
     if any(section.workload.http for section in run.sections):
         lines.append(HTTP)
+    if any(section.workload.ranges for section in run.sections):
+        lines.append(ranges.NOTE)
     if "files" in kinds:
         lines.append(LAG)
     if "upload" in kinds:
@@ -111,10 +113,11 @@ def markdown(run: Run) -> str:
         lines.append(verdict.NOTE_ABOVE_LIMIT)
     for note in run.notes:
         lines.append(f"Note: {note}")
-    if run.failures:
+    failed = [f for f in run.failures if not f.unsupported]  # those are in their tables
+    if failed:
         lines.append("")
         lines.append("FAILED measurements:")
-        lines += [f"- {f.workload} run {f.run} `{f.row}`: {f.error}" for f in run.failures]
+        lines += [f"- {f.workload} run {f.run} `{f.row}`: {f.error}" for f in failed]
     runs = max((len({s.run for s in section.samples}) for section in run.sections), default=1)
     lines += ["", *verdict.header(runs, run.quick)]
     lines += verdict.lines(run.sections, run.roles, run.loops)
@@ -157,16 +160,16 @@ LAG = (
     "(median over the runs). Every transfer is byte-counted."
 )
 HTTP = (
-    "HTTP: each row is a web server (a server process of its own, or nginx) serving the "
-    "file on one route; the receiver is a real HTTP/1.1 client on one keep-alive "
-    "connection, one GET at a time: it reads each response head up to its blank line, checks "
-    "the status (200) and Content-Length, and discards the body as it does elsewhere (in the "
+    "HTTP: each row is a web server (a server process of its own, or nginx) serving the file "
+    "on one route; the receiver is a real HTTP/1.1 client on one keep-alive connection, one "
+    "GET at a time: it reads each response head up to its blank line, checks the status "
+    "(200; 206 to ranges) and Content-Length, and discards the body as it does elsewhere (in the "
     "kernel, or decrypted into one reused buffer over TLS), counting it. MB/s counts body "
     "bytes only. The first response of the 64 KiB files is compared with the file whole, a "
     "large download's first and last 2 MiB. The x aiohttp columns are same-run ratios to "
     "aiohttp's own web.FileResponse on the same loop and transport (the asgi tables' x "
-    "uvicorn: to uvicorn's own protocol on the same loop, granian to uvloop's), the x "
-    "nginx ones to nginx, median over the runs: throughput, and server CPU per GiB or per response."
+    "uvicorn: to uvicorn's own protocol on the same loop, granian to uvloop's), the x nginx "
+    "ones to nginx, median over the runs: throughput, and server CPU per GiB or per response."
 )
 UPLOAD = (
     "Upload: the receiver process is the sending end here: it sends from memory with "
@@ -205,6 +208,17 @@ def section_title(section: Section, placement: Placement | None = None) -> str:
     over = " over TLS" if section.transport == "tls" else ""
     size = human_size(workload.file_size)
     cores = placement.describe(workload) if placement else ""
+    if workload.ranges:
+        size = human_size(workload.served_size)
+        if workload.ranges == 1:
+            what = f"{human_size(workload.file_size)} at a random offset"
+        else:
+            part = human_size(workload.file_size // workload.ranges)
+            what = f"{workload.ranges} x {part} at random offsets (multipart/byteranges)"
+        return (
+            f"HTTP ranges: {what} of a {size} file per GET, {workload.requests:,} GETs on "
+            f"one keep-alive connection{cores}; {runs}"
+        )
     if workload.http:
         if workload.kind == "requests":
             return (
@@ -339,6 +353,8 @@ def _http_table(section: Section, marks: _Marks) -> list[str]:
         headers.append("MB/s")
     unit = "µs/response" if requests else "s/GiB"
     base = "uvicorn" if workload.name.startswith("asgi-") else "aiohttp"  # bench/asgi.py's
+    if workload.ranges:
+        base = "stock"  # Starlette's rows: uvicorn's own protocol; aiohttp's: aiohttp's own
     headers += [f"x {base}", *(f"x {ref}" for ref in refs), f"server CPU {unit}"]
     headers += [f"CPU x {base}", *(f"CPU x {ref}" for ref in refs)]
     headers += [f"server+receiver CPU {unit}", "peak RSS MiB"]
@@ -354,6 +370,8 @@ def _http_table(section: Section, marks: _Marks) -> list[str]:
         cells += [marks.ratio(figures, ref, cpu=True) for ref in refs]
         cells += [f"{figures.cpu + figures.receiver_cpu:.{digits}f}", _mib(figures.rss_peak)]
         lines.append(_row(cells))
+    for row, why in section.unsupported.items():  # a 416: the server does not serve it
+        lines.append(_row([f"`{row}`", why.partition(" (")[0], *[""] * (len(headers) - 2)]))
     if section.receiver_ceiling is not None:
         cells = [_ceiling_name(section), _number(section.receiver_ceiling), ""]
         cells += [""] * (len(headers) - len(cells) - 2) + [_busy(section), ""]
@@ -509,6 +527,7 @@ def _section_json(section: Section, placement: Placement | None) -> dict[str, An
         "receiver_ceiling": section.receiver_ceiling,
         "receiver_busy": section.receiver_busy,
         "receiver_threads": section.receiver_threads,
+        "unsupported": dict(section.unsupported),
         "rows": [
             {
                 "row": figures.row,

@@ -110,6 +110,7 @@ class Failure:
     row: str
     run: int
     error: str
+    unsupported: bool = False  # the row's server does not serve the workload: no failure
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +159,8 @@ class Section:
     receiver_busy: float | None  # receiver CPU / (elapsed x threads) in the limit row, median
     receiver_threads: int
     samples: tuple[Sample, ...]
+    # Rows whose server does not serve the workload (416 to ranges) -> why.
+    unsupported: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def row(self, name: str) -> RowFigures | None:
         return next((figures for figures in self.rows if figures.row == name), None)

@@ -57,6 +57,10 @@ class MeasurementError(Exception):
     """One measurement failed: the row's, the receiver's or a process's fault."""
 
 
+class Unsupported(MeasurementError):
+    """The row's server does not serve the workload (416 to ranges): shown, not a failure."""
+
+
 class _Lines:
     """Lines from a child's stdout pipe, each waited for with a timeout.
 
@@ -298,6 +302,8 @@ def measure(
             got = receiver.fetch(fetch, seconds)
             if not got["ok"]:
                 raise MeasurementError(f"the receiver failed: {got['error']}{server.tail()}")
+            if "unsupported" in got:
+                raise Unsupported(got["unsupported"])
             done = server.done(DONE_TIMEOUT)
         finally:
             server.close()

@@ -58,7 +58,8 @@ bytes to the file at ``path`` and returns how many it wrote.
 A row with a server of its own (aiohttp's ``FileResponse``) overrides
 ``serve(ctx)``: it serves on ``ctx.listener`` (``ctx.ssl`` for TLS) and keeps
 to the same protocol, HTTP/1.1: the aiohttp rows (`AiohttpRow`) serve the http
-workloads with an aiohttp app (`aiosendfile_bench.webapp`).
+workloads with an aiohttp app (`aiosendfile_bench.webapp`), and aiohttp's own
+FileResponse and the drop-in the range workloads too.
 
 A row that is a program of its own and speaks the same protocol (nginx:
 `aiosendfile_bench.nginx`) overrides ``launch(job)``, which starts the server
@@ -93,6 +94,7 @@ SMALL_ONLY = frozenset({"small-4k", "small-64k"})
 LAG_ONLY = frozenset({"lag"})
 UPLOAD_ONLY = frozenset({"upload"})
 HTTP_ONLY = frozenset({"http-large", "http-64k"})
+RANGE_ONLY = frozenset({"range", "multirange"})  # Range requests: ranges.py
 FTP_ONLY = frozenset({"ftp-download", "ftp-upload"})
 Role = Literal["ours", "variant", "peer", "limit", "floor"]
 CHUNK = 256 * 1024  # the buffered code's read size (aiohttp's FileResponse chunk)
@@ -562,6 +564,7 @@ class AiohttpUvloopRow(AiohttpRow):
 class AiohttpAsyncio(AiohttpRow):
     name = "aiohttp-asyncio"
     title = "aiohttp's own web.FileResponse on the stock asyncio loop (its loop.sendfile())"
+    workloads = HTTP_ONLY | RANGE_ONLY
 
 
 @register
@@ -570,6 +573,7 @@ class AiohttpDropinAsyncio(AiohttpRow):
     title = "aiosendfile.aiohttp.FileResponse (the drop-in FileResponse) on the stock asyncio loop"
     dropin = True
     role = "ours"
+    workloads = HTTP_ONLY | RANGE_ONLY
 
 
 @register
@@ -590,6 +594,7 @@ class AiohttpUvloop(AiohttpUvloopRow):
         "aiohttp's own web.FileResponse on uvloop (no loop.sendfile(): "
         "256 KiB chunks read in a thread)"
     )
+    workloads = HTTP_ONLY | RANGE_ONLY
 
 
 @register
@@ -598,6 +603,7 @@ class AiohttpDropinUvloop(AiohttpUvloopRow):
     title = "aiosendfile.aiohttp.FileResponse (the drop-in FileResponse) on uvloop"
     dropin = True
     role = "ours"
+    workloads = HTTP_ONLY | RANGE_ONLY
 
 
 @register
@@ -616,12 +622,14 @@ class TlsAiohttpAsyncio(AiohttpAsyncio):
         "16 KiB reads)"
     )
     transport = "tls"
+    workloads = HTTP_ONLY
 
 
 @register
 class TlsAiohttpDropinAsyncio(AiohttpDropinAsyncio):
     name = "tls-aiohttp-dropin-asyncio"
     transport = "tls"
+    workloads = HTTP_ONLY
 
 
 @register
@@ -634,12 +642,14 @@ class TlsAiohttpOurloopAsyncio(AiohttpOurloopAsyncio):
 class TlsAiohttpUvloop(AiohttpUvloop):
     name = "tls-aiohttp-uvloop"
     transport = "tls"
+    workloads = HTTP_ONLY
 
 
 @register
 class TlsAiohttpDropinUvloop(AiohttpDropinUvloop):
     name = "tls-aiohttp-dropin-uvloop"
     transport = "tls"
+    workloads = HTTP_ONLY
 
 
 @register

@@ -77,6 +77,16 @@ def lines(
 
 
 def line(section: Section, roles: Mapping[str, str], loops: Mapping[str, str]) -> str:
+    text = _line(section, roles, loops)
+    if section.unsupported:  # a server that answered 416 to ranges
+        text += " Not served: " + "; ".join(
+            f"`{row}`, {why.partition(' (')[0]}" for row, why in section.unsupported.items()
+        )
+        text += "."
+    return text
+
+
+def _line(section: Section, roles: Mapping[str, str], loops: Mapping[str, str]) -> str:
     lead, other = metrics(section)
     label = section.workload.name + (" over TLS" if section.transport == "tls" else "")
     ours = [f for f in section.rows if roles.get(f.row) == "ours"]

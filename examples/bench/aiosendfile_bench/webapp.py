@@ -5,7 +5,8 @@
 parser, keep-alive, headers, the file opened per request in the executor) is
 aiohttp's, as in an application.  The app's access log is what counts the
 responses: aiohttp calls it once each response is written, the same call for
-every row.  Errors that aiohttp, asyncio or aiosendfile log become the
+every row (the range workloads' answers are 206s, counted by their ranges' file
+bytes).  Errors that aiohttp, asyncio or aiosendfile log become the
 measurement's errors.  The server ends once the job's responses are answered
 and the receiver has closed its connection.  Runs in the server process only,
 and only for these rows: this module imports aiohttp.
@@ -57,6 +58,7 @@ async def serve_aiohttp(ctx: Context, dropin: bool) -> None:
     file_response = response_class(dropin)
     answered: asyncio.Future[None] = loop.create_future()
     path, expected = ctx.job.file, ctx.workload.responses
+    status = 206 if ctx.workload.ranges else 200  # Partial Content: the range workloads
 
     async def handler(request: web.Request) -> web.StreamResponse:
         return file_response(path)
@@ -65,12 +67,15 @@ async def serve_aiohttp(ctx: Context, dropin: bool) -> None:
         """The access log: counts each response once aiohttp has written it."""
 
         def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
-            if response.status != 200:
+            if response.status != status:
                 ctx.error(ValueError(f"{request.path}: status {response.status}"))
             taken = getattr(response, "path_taken", None)  # aiosendfile's FileResponse
             if taken is not None:
                 ctx.paths.add(taken)
-            ctx.count(response.content_length or 0)
+            # A multipart body's length counts its framing; its file bytes are the ranges'
+            # (which the receiver checks).
+            ranged = ctx.workload.ranges and response.status == 206
+            ctx.count(ctx.workload.file_size if ranged else response.content_length or 0)
             if ctx.responses >= expected and not answered.done():
                 answered.set_result(None)
 

@@ -38,6 +38,9 @@ included (a real HTTP server, which answers nothing else):
   own response head and the file's bytes, and keeps the connection open.  Each
   head is read and checked.  The receiver closes the connection after the last
   response (one for a stream, ``warmup + requests`` for requests).
+- ``range`` and ``multirange``: http requests workloads whose GETs carry a ``Range``
+  header, one range or several, and whose servers answer ``206 Partial Content``;
+  the receiver's side is `aiosendfile_bench.ranges`.
 - ``ftp`` workloads (``ftp-download``, ``ftp-upload``): real FTP servers,
   programs of their own, against curl; they speak FTP, not this protocol, and
   are measured by `aiosendfile_bench.ftp`, not by the server and receiver
@@ -123,10 +126,20 @@ class Workload:
     # Served by web frameworks and nginx over keep-alive HTTP/1.1 (a stream or requests
     # workload): the receiver parses each response head.
     http: bool = False
+    # Range workloads (requests over HTTP, see ranges.py): each GET asks for `ranges` byte
+    # ranges (1: `Range: bytes=a-b`) of a file of `source_size` bytes; `file_size` is the
+    # file bytes of one response, the ranges together.
+    ranges: int = 0
+    source_size: int = 0
 
     @property
     def unit(self) -> str:
         return "responses/s" if self.kind == "requests" else "MB/s"
+
+    @property
+    def served_size(self) -> int:
+        """The size of the file the server sends from (a range workload's is larger)."""
+        return self.source_size or self.file_size
 
     @property
     def request(self) -> bytes:
