@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import inspect
 import logging
 import os
@@ -48,7 +49,8 @@ class Capabilities:
 
     # 3.9-3.14: the body goes through FileResponse._sendfile(request, fobj, offset, count).
     body_hook: bool = _capability(
-        "aiohttp sends the body itself (loop.sendfile() or its chunks); path_taken stays None"
+        "aiohttp sends the body itself (loop.sendfile() or its chunks); path_taken stays None;"
+        " several ranges are answered 416, as aiohttp does"
     )
     # 3.9-3.14: prepare() writes the header through request.writer's _write(bytes).
     header_hook: bool = _capability(
@@ -75,7 +77,7 @@ class Capabilities:
     range_hook: bool = _capability(
         "aiohttp decides If-Range itself: it serves the range for any entity tag and for any"
         " date not before the file's modification (RFC 9110 wants the whole file, 200, unless"
-        " the validator is the file's own)"
+        " the validator is the file's own); several ranges are answered 416, as aiohttp does"
     )
     # 3.11.10-3.14: prepare() = _make_response() in the executor, then answers its result.
     look_up_on_loop: bool = _capability("the file is looked up in aiohttp's executor, always")
@@ -197,9 +199,33 @@ def validators(st: os.stat_result) -> tuple[str, datetime.datetime]:
     return f"{st.st_mtime_ns:x}-{st.st_size:x}", last_modified
 
 
-def siblings(accept_encoding: str) -> list[tuple[str, str]]:
-    """The siblings aiohttp looks for, for a (lower-cased) Accept-Encoding."""
-    return [(ext, encoding) for ext, encoding in SIBLINGS if encoding in accept_encoding]
+@functools.lru_cache(maxsize=64)  # browsers send a few headers, over and over: parsed once
+def siblings(accept_encoding: str) -> tuple[tuple[str, str], ...]:
+    """The siblings to look for, best first, for a (lower-cased) Accept-Encoding: those
+    whose coding it accepts (RFC 9110, section 12.5.3: named, with a q-value above 0;
+    x-gzip is gzip), by q-value, ties in aiohttp's order.  aiohttp's own lookup
+    takes any coding whose name appears in the header, `gzip;q=0` included
+    (`named_siblings()`)."""
+    weights: dict[str, float] = {}
+    for element in accept_encoding.split(","):
+        coding, *parameters = element.split(";")
+        weight = 1.0
+        for parameter in parameters:
+            name, _, value = parameter.partition("=")
+            if name.strip() == "q":
+                try:
+                    weight = float(value)
+                except ValueError:
+                    weight = 0.0  # not a q-value: not taken as an acceptance
+        coding = coding.strip()
+        weights.setdefault("gzip" if coding == "x-gzip" else coding, weight)
+    accepted = [(ext, coding) for ext, coding in SIBLINGS if weights.get(coding, 0.0) > 0]
+    return tuple(sorted(accepted, key=lambda sibling: -weights[sibling[1]]))  # ties keep order
+
+
+def named_siblings(accept_encoding: str) -> tuple[tuple[str, str], ...]:
+    """The siblings aiohttp's own lookup looks for, for a (lower-cased) Accept-Encoding."""
+    return tuple((ext, coding) for ext, coding in SIBLINGS if coding in accept_encoding)
 
 
 class FileResponseHooks(web.FileResponse):
@@ -208,9 +234,10 @@ class FileResponseHooks(web.FileResponse):
     The drop-in defines `_send_body()` (the body, once status and headers are
     final), `_look_up()` (the lookup aiohttp stats through, opening the file first),
     `_after_executor_lookup()` and `_request_for_ranges()` (the request aiohttp
-    answers Range from, given the file's stat); this class calls them where the capability is
-    there, aiohttp's own code where it is not, and gives the drop-in what it needs
-    of aiohttp's internals.
+    answers Range from, given the file's stat and the encoding of the sibling
+    taken); this class calls them where the capability is there, aiohttp's own
+    code where it is not, and gives the drop-in what it needs of aiohttp's
+    internals.
     """
 
     _capabilities: ClassVar[Capabilities] = AIOHTTP
@@ -234,7 +261,9 @@ class FileResponseHooks(web.FileResponse):
     def _after_executor_lookup(self) -> None:
         raise NotImplementedError
 
-    def _request_for_ranges(self, request: web.BaseRequest, st: os.stat_result) -> web.BaseRequest:
+    def _request_for_ranges(
+        self, request: web.BaseRequest, st: os.stat_result, file_encoding: str | None
+    ) -> web.BaseRequest:
         raise NotImplementedError
 
     # --- aiohttp's hooks ---
@@ -254,7 +283,7 @@ class FileResponseHooks(web.FileResponse):
         file_encoding: str | None,
     ) -> AbstractStreamWriter | None:
         if self._capabilities.range_hook:
-            request = self._request_for_ranges(request, st)
+            request = self._request_for_ranges(request, st, file_encoding)
         return await super()._prepare_open_file(request, fobj, st, file_encoding)
 
     def _make_response(self, request: web.BaseRequest, accept_encoding: str) -> Any:

@@ -9,7 +9,11 @@
 
 Statuses and headers are aiohttp's own (this class is aiohttp's FileResponse with one
 hook replaced), but for If-Range: the range is served only of the file the client
-holds (RFC 9110; aiohttp serves it for any entity tag).  The body differs:
+holds (RFC 9110; aiohttp serves it for any entity tag); for several ranges, which get
+a 206 multipart/byteranges (or 200, or 416) as nginx answers them, where aiohttp
+answers 416; and for a .br or .gz sibling, taken only for an Accept-Encoding that
+accepts its coding (a q-value above 0; aiohttp takes it for any coding named).  The
+body differs:
 `aiosendfile.send()` sends it, zero-copy on plain sockets on the stock loop and on
 uvloop, buffered on TLS, with the response header in the same segment as the file's
 first bytes. A file that shrinks while it is
@@ -45,11 +49,15 @@ line says so once.  This module uses no aiohttp private name itself.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
+import functools
 import io
 import logging
 import os
 import pathlib
+import re
+import secrets
 import stat
 import sys
 import time
@@ -65,6 +73,7 @@ from ._aiohttp_compat import (
     FileResponseHooks,
     Lookup,
     StaticResourceHooks,
+    named_siblings,
     siblings,
     validators,
 )
@@ -107,6 +116,7 @@ class FileResponse(FileResponseHooks):
         self._beneath = beneath
         self._opened: _OpenedPath | None = None  # opened for aiohttp, until it takes it
         self._looked_up: Lookup | None = None  # made before aiohttp's prepare(), for its call
+        self._multipart: _Multipart | None = None  # several ranges to answer, once decided
 
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         try:
@@ -154,7 +164,9 @@ class FileResponse(FileResponseHooks):
         would follow its symlink)."""
         hooked = self._capabilities.lookup_hook
         try:
-            looked_up = self._open_for_response(siblings(accept_encoding), strict=not hooked)
+            # Unhooked, aiohttp takes the siblings its own rule names: those are checked.
+            candidates = (siblings if hooked else named_siblings)(accept_encoding)
+            looked_up = self._open_for_response(candidates, strict=not hooked)
         except PermissionError:
             return web.HTTPForbidden.status_code
         except OSError:
@@ -230,24 +242,54 @@ class FileResponse(FileResponseHooks):
         self._opened = opened
         return opened, st
 
-    # --- ranges: where the drop-in decides whether a Range is served ---
+    # --- ranges: where the drop-in decides whether a Range is served, and how ---
 
-    def _request_for_ranges(self, request: web.BaseRequest, st: os.stat_result) -> web.BaseRequest:
+    def _request_for_ranges(
+        self, request: web.BaseRequest, st: os.stat_result, file_encoding: str | None
+    ) -> web.BaseRequest:
         """The request aiohttp answers Range from, once the file (`st`) is open: `request`
-        itself, or with If-Range a copy without it (the decision is made here), and
-        without Range too where If-Range does not hold (a 200 with the whole file).
+        itself, or a copy without If-Range (decided here: without Range too where it
+        does not hold, a 200 with the whole file).
 
         aiohttp serves the range for any entity tag in If-Range and for any date not
         before the file's modification: a resumed download of a file that changed
         meanwhile, or was replaced by an older one, would splice two files together.
+
+        Several ranges (aiohttp answers them 416) are decided here as nginx decides
+        them (`_ranges_asked()`), where send() sends the body: aiohttp gets the one
+        range left, or no Range (the whole file), or a range it finds unsatisfiable
+        (its 416); for two ranges or more it gets a GET without Range, and sets
+        every header as for the whole file, which `_send_body()` then turns into
+        the 206 multipart/byteranges response (`_Multipart`).
         """
-        if hdrs.IF_RANGE not in request.headers:
+        several = "," in request.headers.get(hdrs.RANGE, "") and self._sends_body(file_encoding)
+        if hdrs.IF_RANGE not in request.headers and not several:
             return request
         headers = request.headers.copy()
-        del headers[hdrs.IF_RANGE]
-        if hdrs.RANGE in headers and not _if_range_holds(request, st):
-            del headers[hdrs.RANGE]
-        return request.clone(headers=headers)
+        method = request.method
+        if hdrs.IF_RANGE in headers:
+            del headers[hdrs.IF_RANGE]
+            if hdrs.RANGE in headers and not _if_range_holds(request, st):
+                del headers[hdrs.RANGE]
+                several = False
+        if several:
+            ranges = _ranges_asked(headers.pop(hdrs.RANGE), st.st_size)
+            if ranges is None:
+                pass  # the whole file, 200
+            elif len(ranges) < 2:
+                # The one range left, or (none) one aiohttp answers 416, bytes */SIZE.
+                start, end = ranges[0] if ranges else (st.st_size, None)
+                headers[hdrs.RANGE] = f"bytes={start}-{'' if end is None else end - 1}"
+            else:
+                self._multipart = _Multipart(request, ranges, st.st_size)
+                method = hdrs.METH_GET  # aiohttp hands the body over, even for a HEAD
+        return request.clone(method=method, headers=headers)
+
+    def _sends_body(self, file_encoding: str | None) -> bool:
+        """Whether the body will be send()'s: not where aiohttp compresses it (not
+        a sibling, which aiohttp sends as it is) or AIOHTTP_NOSENDFILE is set."""
+        compressed = self.compression and file_encoding is None
+        return self._capabilities.body_hook and not (NOSENDFILE or compressed)
 
     def _close_unclaimed(self) -> None:
         opened, self._opened = self._opened, None
@@ -265,30 +307,128 @@ class FileResponse(FileResponseHooks):
         transport = request.transport
         if transport is None:
             raise ConnectionResetError("Connection lost")  # aiohttp's quiet path
+        parts: list[tuple[bytes, int, int]] = [(b"", offset, count)]
+        closing = b""
+        multipart, self._multipart = self._multipart, None
+        if multipart is not None:
+            request = multipart.request  # a HEAD asked: aiohttp was handed a GET
+            parts, closing = multipart.frame(self)
+            if request.method == hdrs.METH_HEAD:
+                prepared = await web.StreamResponse.prepare(self, request)  # the head only
+                assert prepared is not None
+                return prepared
         self.path_taken = which_path(transport, fobj).path  # asked before the header is held
         writer, header = await self._prepare_holding_header(request)
-        try:
-            sent = await send(transport, fobj, offset, count, headers=header)
-        except ConnectionError:
-            # The client went away: aiohttp's finish_response takes it as a premature
-            # disconnection, quietly (send() has closed the transport), and logs the
-            # response with the body length write_eof() sets, which it never reaches.
-            # The log says what went instead: send() leaves the file after the bytes
-            # it handed to the kernel.
-            writer.output_size += len(header) + max(fobj.tell() - offset, 0)
-            self._set_body_length(writer.output_size)
-            raise
-        writer.output_size += len(header) + sent  # what aiohttp's own writes would count
-        if sent < count:
-            # The file shrank: the client was promised `count` bytes. Closing now is
-            # the only way to tell it, rather than leave it waiting for the rest.
-            log.warning(
-                "%s shrank while it was sent (%d of %d bytes): closing the connection",
-                self._file, sent, count,
-            )  # fmt: skip
-            self.force_close()
+        for i, (head, offset, count) in enumerate(parts):
+            if i == 0:
+                head = header + head
+            tail = closing if i == len(parts) - 1 else b""
+            try:
+                sent = await send(
+                    transport, fobj, offset, count, headers=head, trailers=tail or None
+                )
+            except ConnectionError:
+                # The client went away: aiohttp's finish_response takes it as a premature
+                # disconnection, quietly (send() has closed the transport), and logs the
+                # response with the body length write_eof() sets, which it never reaches.
+                # The log says what went instead: send() leaves the file after the bytes
+                # it handed to the kernel.
+                writer.output_size += len(head) + max(fobj.tell() - offset, 0)
+                self._set_body_length(writer.output_size)
+                raise
+            writer.output_size += len(head) + sent + len(tail)  # as aiohttp's writes count
+            if sent < count:
+                # The file shrank: the client was promised `count` bytes. Closing now is
+                # the only way to tell it, rather than leave it waiting for the rest.
+                log.warning(
+                    "%s shrank while it was sent (%d of %d bytes): closing the connection",
+                    self._file, sent, count,
+                )  # fmt: skip
+                self.force_close()
+                break
         await web.StreamResponse.write_eof(self)
         return writer
+
+
+# The most ranges a request is answered with part by part; past it, the whole file
+# (200), as nginx answers past its max_ranges.  Each part costs a send() and its
+# framing; the parts' sum never exceeds the file (see _ranges_asked()).
+MAX_RANGES = 100
+
+_RANGE_SPEC = re.compile(r"[ \t]*(\d*)[ \t]*-[ \t]*(\d*)[ \t]*", re.ASCII)
+
+
+def _ranges_asked(value: str, size: int) -> list[tuple[int, int]] | None:
+    """The ranges of a Range header `value` naming several, as nginx reads them
+    (ngx_http_range_parse): [(start, end)] (end exclusive) in the order asked,
+    neither merged nor sorted; [] when none is satisfiable (416); None when the
+    header is to be ignored (200, the whole file).
+
+    A range starting past the end is left out; one reaching past it is cut at the
+    end.  Ignored: a header with more than MAX_RANGES satisfiable ranges, or whose
+    ranges add up to more than the file (overlapping ranges that would send it
+    many times over), or with a range starting at 0 of an empty file.  A header
+    that is not `bytes=` and ranges, comma-separated, is not satisfiable (aiohttp
+    answers a malformed single range so too).
+    """
+    unit, _, specs = value.partition("=")
+    if unit.strip().lower() != "bytes":
+        return []
+    ranges: list[tuple[int, int]] = []
+    total = 0
+    for spec in specs.split(","):
+        match = _RANGE_SPEC.fullmatch(spec)
+        if match is None or match[1] == match[2] == "":
+            return []
+        first, last = match.groups()
+        try:
+            if not first:  # a suffix: the last `last` bytes
+                start, end = max(size - int(last), 0), size
+            else:
+                start, end = int(first), min(int(last) + 1, size) if last else size
+        except ValueError:
+            return []  # more digits than int() takes: no file is that large
+        if start < end:
+            ranges.append((start, end))
+            total += end - start
+            if len(ranges) > MAX_RANGES:
+                return None
+        elif start == 0:
+            return None  # nginx's rule: an empty file, asked from its start
+    if ranges and total > size:
+        return None
+    return ranges
+
+
+@dataclasses.dataclass
+class _Multipart:
+    """A 206 multipart/byteranges answer (RFC 9110, section 14.6), framed as nginx
+    frames it: each part CRLF "--" boundary CRLF, its Content-Type and Content-Range
+    lines, a blank line, its bytes; then CRLF "--" boundary "--" CRLF."""
+
+    request: web.BaseRequest  # as asked (aiohttp was handed a GET without Range)
+    ranges: list[tuple[int, int]]  # (start, end exclusive), in the order asked
+    size: int  # the file's (the sibling's, if one is sent)
+    boundary: str = dataclasses.field(default_factory=functools.partial(secrets.token_hex, 10))
+
+    def frame(self, response: web.StreamResponse) -> tuple[list[tuple[bytes, int, int]], bytes]:
+        """Turns `response`, whose headers aiohttp set for the whole file, into the
+        206 with this body; returns the parts (part header, offset, count) and the
+        closing delimiter."""
+        content_type = response.headers.get(hdrs.CONTENT_TYPE)
+        lines = f"\r\n--{self.boundary}\r\n"
+        if content_type:
+            lines += f"Content-Type: {content_type}\r\n"
+        parts = [
+            (f"{lines}Content-Range: bytes {start}-{end - 1}/{self.size}\r\n\r\n".encode(),
+             start, end - start)
+            for start, end in self.ranges
+        ]  # fmt: skip
+        closing = f"\r\n--{self.boundary}--\r\n".encode()
+        response.set_status(web.HTTPPartialContent.status_code)
+        response.headers[hdrs.CONTENT_TYPE] = f"multipart/byteranges; boundary={self.boundary}"
+        response.content_length = len(closing) + sum(len(h) + n for h, _, n in parts)
+        return parts, closing
 
 
 def _if_range_holds(request: web.BaseRequest, st: os.stat_result) -> bool:

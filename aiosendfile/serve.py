@@ -3,7 +3,10 @@
 A directory served by an aiohttp app: `aiosendfile.aiohttp.add_static` (aiohttp's
 static route and protections, bodies sent by `send()`) with directory listings, on
 an `aiosendfile.loops` event loop; Range and conditional requests are aiohttp's
-(If-Range the drop-in's: the range only of the file the client holds).
+(If-Range the drop-in's: the range only of the file the client holds; several
+ranges the drop-in's, answered as nginx answers them); a .br or .gz file beside the
+one asked for is sent, with its Content-Encoding, to an Accept-Encoding that accepts
+it (q-values honoured).
 Files are opened beneath the directory: a symlink out of it, or any symlink
 swapped in while a request is under way, is refused (404), unless
 --follow-symlinks asks for symlinks out of the directory to be served.  One

@@ -42,15 +42,21 @@ def trace_lines(trace: str) -> list[str]:
     return lines
 
 
-def run_under_strace(trace: Path, calls: str, script: str, *args: str) -> dict[str, str]:
-    """Runs tests/isolated/`script` under `strace -f -e trace=calls -o trace`; returns the
-    key=value fields it prints.  Skips where strace is missing (fails in CI, which
-    installs it) or cannot trace."""
+def strace_program() -> str:
+    """strace's path; skips where it is missing (fails in CI, which installs it)."""
     strace = shutil.which("strace")
     if strace is None:
         if os.environ.get("CI"):
             pytest.fail("strace is not installed (.ci/run installs it)")
         pytest.skip("strace is not installed")
+    return strace
+
+
+def run_under_strace(trace: Path, calls: str, script: str, *args: str) -> dict[str, str]:
+    """Runs tests/isolated/`script` under `strace -f -e trace=calls -o trace`; returns the
+    key=value fields it prints.  Skips where strace is missing (fails in CI, which
+    installs it) or cannot trace."""
+    strace = strace_program()
     path = Path(__file__).parent / "isolated" / script
     command = [sys.executable, str(path), *args]
     out = subprocess.run(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import gzip
 import http.client
 import importlib.metadata
 import os
@@ -676,3 +677,94 @@ def test_serve_stops_within_the_grace(
         assert got <= int(sent) < size, (got, fields)
     [fields] = log_lines(log, "GET /big.bin")
     assert fields[0] == "200" and int(fields[1]) > len(big), fields
+
+
+# --- pre-compressed siblings (.br, .gz) and several ranges ---
+
+
+def fetched(url: str, *args: str) -> tuple[int, dict[str, str], bytes]:
+    """curl --include: (status, headers by lower-case name, body)."""
+    out = curl("--include", *args, url)
+    assert out.returncode == 0, out.stderr
+    head, _, body = out.stdout.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v for k, v in (line.split(": ", 1) for line in lines)}
+    return int(status_line.split()[1]), headers, body
+
+
+def byteranges(headers: dict[str, str], body: bytes) -> list[tuple[str, bytes]]:
+    """[(Content-Range, bytes)] of a multipart/byteranges body, framed as nginx frames it."""
+    boundary = headers["content-type"].split("boundary=", 1)[1].encode()
+    assert body.startswith(b"\r\n--" + boundary + b"\r\n")
+    assert body.endswith(b"\r\n--" + boundary + b"--\r\n")
+    parts = []
+    for chunk in body[: -len(boundary) - 8].split(b"\r\n--" + boundary + b"\r\n")[1:]:
+        head, _, data = chunk.partition(b"\r\n\r\n")
+        content_range = head.decode().split("Content-Range: ", 1)[1]
+        parts.append((content_range, data))
+    return parts
+
+
+@pytest.mark.skipif(
+    not AIOHTTP_HAS.range_hook,
+    reason="before aiohttp 3.11.10, several ranges (and before 3.10, .br) are aiohttp's",
+)
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_serve_precompressed_siblings_with_ranges(
+    tmp_path: Path, server_factory: list[Server], loop: str
+) -> None:
+    """A .br or .gz beside a file is sent as it is for an Accept-Encoding that accepts
+    its coding (q-values honoured; .br first on a tie, as aiohttp looks), with
+    Content-Encoding and Vary: Accept-Encoding; ranges, one or several, are of that
+    representation; zero-copy all the same."""
+    root = tmp_path / "site"
+    root.mkdir()
+    text = b"".join(
+        b"%05d a line of text, its compressed copies beside it\n" % i for i in range(4000)
+    )
+    gz = gzip.compress(text, mtime=0)
+    br = b"not really brotli: sent as it is, never decoded " + pattern(3000, seed=5)
+    (root / "page.txt").write_bytes(text)
+    (root / "page.txt.gz").write_bytes(gz)
+    (root / "page.txt.br").write_bytes(br)
+    server = start_server(root, "--loop", loop)
+    server_factory.append(server)
+    url = f"{server.url}page.txt"
+    for accept, encoding, data in [
+        ("identity", None, text),
+        ("gzip", "gzip", gz),
+        ("GZIP, deflate", "gzip", gz),
+        ("br, gzip", "br", br),
+        ("deflate, zstd", None, text),
+        # q-values (RFC 9110): q=0 refuses a coding; the higher q wins, .br on a tie.
+        ("gzip;q=0", None, text),
+        ("br;q=0, gzip;q=0", None, text),
+        ("br;q=0.5, gzip", "gzip", gz),
+        ("gzip;q=0.8, br;q=0.8", "br", br),
+        ("br;q=0, x-gzip", "gzip", gz),
+    ]:
+        status, headers, body = fetched(url, "-H", f"Accept-Encoding: {accept}")
+        assert (status, headers.get("content-encoding"), body) == (200, encoding, data), accept
+        assert headers.get("vary") == ("Accept-Encoding" if encoding else None), accept
+        assert int(headers["content-length"]) == len(data)
+        assert headers["content-type"].startswith("text/plain")
+
+        status, headers, body = fetched(url, "-H", f"Accept-Encoding: {accept}", "-r", "2-5")
+        assert (status, headers["content-range"]) == (206, f"bytes 2-5/{len(data)}"), accept
+        assert (headers.get("content-encoding"), body) == (encoding, data[2:6])
+
+        several = ["-H", f"Accept-Encoding: {accept}", "-r", "0-9,100-199,-5"]
+        status, headers, body = fetched(url, *several)
+        assert status == 206 and int(headers["content-length"]) == len(body), accept
+        assert headers["content-type"].startswith("multipart/byteranges; boundary=")
+        assert headers.get("content-encoding") == encoding, accept
+        size = len(data)
+        assert byteranges(headers, body) == [
+            (f"bytes 0-9/{size}", data[:10]),
+            (f"bytes 100-199/{size}", data[100:200]),
+            (f"bytes {size - 5}-{size - 1}/{size}", data[-5:]),
+        ], accept
+    code, log = server.stop()
+    assert code == 0 and "Traceback" not in log, log
+    paths = {fields[2] for fields in log_lines(log, "GET /page.txt")}
+    assert paths <= {"quick", "zerocopy"}, log
