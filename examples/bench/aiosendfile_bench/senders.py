@@ -85,6 +85,7 @@ import aiosendfile
 from aiosendfile import _settings
 
 from . import blocking, runner, serving
+from .receiver import CHECKED
 from .workloads import Job, Transport, Workload
 
 PLAIN_WORKLOADS = frozenset({"large", "small-4k", "small-64k", "concurrent"})
@@ -98,6 +99,7 @@ RANGE_ONLY = frozenset({"range", "multirange"})  # Range requests: ranges.py
 FTP_ONLY = frozenset({"ftp-download", "ftp-upload"})
 Role = Literal["ours", "variant", "peer", "limit", "floor"]
 CHUNK = 256 * 1024  # the buffered code's read size (aiohttp's FileResponse chunk)
+TLS_WRITE = 32 * 1024  # the most aiosendfile's buffered path hands a TLS transport at once
 NO_EXTENSIONS = runner.NO_EXTENSIONS
 
 # The rows every other row of the same transport is compared with, run for run, in
@@ -521,6 +523,60 @@ class TlsBufferedUvloop(BufferedUvloop):
     name = "tls-buffered-uvloop"
     transport = "tls"
     workloads = LARGE_ONLY
+
+
+class TlsMemoryRow(AsyncSender):
+    """The TLS transport's own floor at aiosendfile's write size: no file at all.
+
+    Not a way to send a file: 32 KiB of ready bytes per writer.write() (the most
+    aiosendfile hands a TLS transport at once, so that a stalled download holds
+    little), written again and again, drain() after each; only the first and
+    last bytes, which the receiver compares with the file's, are read from it.  What asyncio's (or
+    uvloop's) TLS transport costs at that write size, whatever reads the file.
+    """
+
+    transport = "tls"
+    workloads = LARGE_ONLY
+    role: ClassVar[Role] = "floor"
+
+    async def respond(
+        self, writer: asyncio.StreamWriter, file: BinaryIO, size: int, header: bytes
+    ) -> int:
+        if header:
+            writer.write(header)
+        fd = file.fileno()
+        block = os.pread(fd, TLS_WRITE, 0)
+        sent = 0
+        while sent < size:
+            length = min(TLS_WRITE, size - sent)
+            if CHECKED <= sent < size - CHECKED:
+                piece: bytes = block[:length] if length < TLS_WRITE else block
+            else:  # the bytes the receiver compares with the file's
+                piece = os.pread(fd, length, sent)
+            writer.write(piece)
+            await writer.drain()
+            sent += len(piece)
+        return sent
+
+
+@register
+class TlsMemoryAsyncio(TlsMemoryRow):
+    name = "tls-memory-asyncio"
+    title = (
+        "the stock loop's TLS transport at aiosendfile's write size: 32 KiB of bytes "
+        "already in memory per writer.write(), drain() after each (no file)"
+    )
+
+
+@register
+class TlsMemoryUvloop(TlsMemoryRow):
+    name = "tls-memory-uvloop"
+    title = (
+        "uvloop's TLS transport at aiosendfile's write size: 32 KiB of bytes already in "
+        "memory per writer.write(), drain() after each (no file)"
+    )
+    loop = "uvloop"
+    requires = ("uvloop",)
 
 
 # --- HTTP: an aiohttp app, plain and TLS ---
