@@ -14,20 +14,27 @@ subclasses answer it, where the server advertises `http.response.zerocopysend`
 (`aiosendfile.uvicorn`'s protocols do), with the file opened once and its ranges
 sent by reference: one range as its 206 head and one zerocopysend message; several
 as Starlette's multipart/byteranges body, each part's boundary lines a body message
-and its bytes a zerocopysend message, byte for byte what Starlette sends.  A whole
-file goes as Starlette sends it (pathsend where advertised; where only zerocopysend
-is, by zerocopysend).  Everything else is Starlette's own code: the constructor,
-the stat (once, as Starlette does it), headers, statuses, conditional requests,
-If-Range, 416 and 400 answers, HEAD, and every response on a server that does not
-advertise zerocopysend (stock uvicorn, granian, hypercorn), or behind a middleware
-that took the extension away (aiosendfile.uvicorn does, behind GZipMiddleware).
+and its bytes a zerocopysend message, byte for byte what Starlette sends; a whole
+file as one zerocopysend message.  Everything else is Starlette's own code: the
+constructor, headers, statuses, conditional requests, If-Range, 416 and 400
+answers, HEAD, and every response on a server that does not advertise
+zerocopysend (stock uvicorn, granian, hypercorn), or behind a middleware that took
+the extension away (aiosendfile.uvicorn does, behind GZipMiddleware).
 
-The file is opened as send() opens a path: on the loop where its filesystem cannot
-make open(2) wait, else by a worker, and closed the same way once the body is sent,
-on every path (cancellation included: the close is shielded, as Starlette shields
-its own).  It is opened before the head is sent: a file gone since Starlette's
-stat, or shorter than the ranges asked, raises before anything is sent (the server
-answers 500), where Starlette would have sent the head, then closed the connection.
+The file is opened first, as send() opens a path: on the loop where its
+filesystem cannot make open(2) wait, else by a worker; and closed the same way
+once the response is sent, on every path (cancellation included: the close is
+shielded, as Starlette shields its own).  Starlette is given the opened file's
+fstat(2) as the response's `stat_result` (where the constructor was given none),
+so the stat is still made once, but on the opened file and without Starlette's
+thread round trip: the headers describe the bytes sent.  A path that cannot be
+opened as a regular file is left to Starlette's own stat, which answers for it
+(its RuntimeError).  Starlette is also told the server speaks ASGI 2.4, where it
+would start, beside a range's body, a task awaiting the client's disconnect to stop
+the body (under 2.3, uvicorn's): the body is a few messages the server finishes, or
+drops once the client is gone.  A file shorter than the ranges asked (shrunk since
+StaticFiles' stat, say) raises before anything is sent (the server answers 500),
+where Starlette would have sent the head, then closed the connection.
 
 This is the only module that imports Starlette.  The Starlette internals it relies
 on (`_missing_internals` looks for them at import; where one is missing the
@@ -55,6 +62,7 @@ import inspect
 import logging
 import os
 import re
+import stat
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -108,24 +116,27 @@ MISSING = _missing_internals(responses.FileResponse)
 
 class _ZeroCopySend:
     """The server's `send`, marked: the server advertises zerocopysend.  FileResponse's
-    handlers are given it by Starlette's __call__, and look for the mark."""
+    handlers are given it by Starlette's __call__, and look for the mark; `file` is
+    the response's file, opened before Starlette looked at it, until a handler takes it."""
 
-    __slots__ = ("send",)
+    __slots__ = ("file", "send")
 
     def __init__(self, send: Send) -> None:
         self.send = send
+        self.file: _SizedFile | None = None
 
     def __call__(self, message: Message) -> Awaitable[None]:
         return self.send(message)
 
 
 class _SizedFile(FileArgument):
-    """The response's file, opened, with its size then (fstat(2) where it was opened:
+    """The response's file, opened, with its status then (fstat(2) where it was opened:
     by a worker when a worker opened it)."""
 
     def __init__(self, file: Any, owned: bool) -> None:
         super().__init__(file, owned)
-        self.size = os.fstat(file.fileno()).st_size
+        self.stat = os.fstat(file.fileno())
+        self.size = self.stat.st_size
 
 
 async def _head(handler: Callable[..., Awaitable[None]], *args: Any) -> Message:
@@ -146,20 +157,45 @@ class FileResponse(responses.FileResponse):
     ranges are sent by it (see the module's docstring)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
+        if not (
             _ZERO_COPY
             and scope["type"] == "http"
             and ZEROCOPYSEND in (scope.get("extensions") or {})
         ):
-            send = _ZeroCopySend(send)
-        await super().__call__(scope, receive, send)
+            await super().__call__(scope, receive, send)
+            return
+        marked = _ZeroCopySend(send)
+        if self.stat_result is None:
+            # Open first, and give Starlette the opened file's status: its stat (a
+            # thread's round trip) is not made, and the headers describe the bytes sent.
+            marked.file = await _open_regular(self.path)
+            if marked.file is not None:
+                self.set_stat_headers(marked.file.stat)
+                self.stat_result = marked.file.stat
+        if not MISSING:
+            # Under ASGI < 2.4 Starlette runs the body in a task group beside a task
+            # that awaits the client's disconnect, to stop a body it streams.  Every
+            # body here is a few messages the server finishes, or drops once the
+            # client is gone (as 2.4 lets it): nothing to stop, and a task group, a
+            # task and a cancellation per response saved.
+            scope = {**scope, "asgi": {**scope.get("asgi", {}), "spec_version": "2.4"}}
+        try:
+            await super().__call__(scope, receive, marked)
+        finally:
+            if marked.file is not None:  # no handler of ours took it (HEAD, 416, 400...)
+                with anyio.CancelScope(shield=True):
+                    await close_file_argument(marked.file)
 
     async def _handle_simple(self, send: Send, send_header_only: bool, send_pathsend: bool) -> None:
-        if send_header_only or send_pathsend or not isinstance(send, _ZeroCopySend):
+        if send_header_only or not isinstance(send, _ZeroCopySend):
+            await super()._handle_simple(send, send_header_only, send_pathsend)
+            return
+        if send_pathsend and send.file is None:
+            # Starlette's own pathsend: the server opens the path, as it would for it.
             await super()._handle_simple(send, send_header_only, send_pathsend)
             return
         start = await _head(super()._handle_simple, True, False)
-        async with self._opened(0) as opened:
+        async with self._opened(send, 0) as opened:
             await send(start)
             await send(_part(opened, 0, opened.size, more_body=False))
 
@@ -170,7 +206,7 @@ class FileResponse(responses.FileResponse):
             await super()._handle_single_range(send, start, end, file_size, send_header_only)
             return
         head = await _head(super()._handle_single_range, start, end, file_size, True)
-        async with self._opened(end) as opened:
+        async with self._opened(send, end) as opened:
             await send(head)
             await send(_part(opened, start, end, more_body=False))
 
@@ -185,7 +221,7 @@ class FileResponse(responses.FileResponse):
         _, part_header = self.generate_multipart(
             ranges, boundary, file_size, self.headers["content-type"]
         )
-        async with self._opened(max(end for _, end in ranges)) as opened:
+        async with self._opened(send, max(end for _, end in ranges)) as opened:
             await send(head)
             separator = b""  # each part's bytes end with CRLF: sent with the next boundary
             for start, end in ranges:
@@ -197,11 +233,14 @@ class FileResponse(responses.FileResponse):
             await send({"type": "http.response.body", "body": closing, "more_body": False})
 
     @contextlib.asynccontextmanager
-    async def _opened(self, end: int) -> AsyncIterator[_SizedFile]:
-        """The file, opened as send() opens a path; RuntimeError if it holds fewer than
-        `end` bytes (Starlette's words for a multipart body it finds short)."""
-        started = start_file_argument(self.path, "read", _SizedFile)
-        opened = started if isinstance(started, _SizedFile) else await started
+    async def _opened(self, send: _ZeroCopySend, end: int) -> AsyncIterator[_SizedFile]:
+        """The file `send` holds, else opened now as send() opens a path; RuntimeError
+        if it holds fewer than `end` bytes (Starlette's words for a multipart body it
+        finds short).  Closed at the end."""
+        opened, send.file = send.file, None
+        if opened is None:
+            started = start_file_argument(self.path, "read", _SizedFile)
+            opened = started if isinstance(started, _SizedFile) else await started
         try:
             if opened.size < end:
                 raise RuntimeError(f"File at path {self.path} is shorter than expected.")
@@ -223,6 +262,21 @@ if MISSING:
         ", ".join(MISSING),
         ", ".join(sorted(set(MISSING.values()))),
     )
+
+
+async def _open_regular(path: str | os.PathLike[str]) -> _SizedFile | None:
+    """`path` opened as send() opens a path, if it is a regular file; None otherwise
+    (gone, a directory, unreadable...): Starlette's own stat then answers for it."""
+    try:
+        started = start_file_argument(path, "read", _SizedFile)
+        opened = started if isinstance(started, _SizedFile) else await started
+    except OSError:
+        return None
+    if stat.S_ISREG(opened.stat.st_mode):
+        return opened
+    with anyio.CancelScope(shield=True):
+        await close_file_argument(opened)
+    return None
 
 
 def _part(opened: _SizedFile, start: int, end: int, more_body: bool) -> Message:

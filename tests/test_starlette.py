@@ -40,6 +40,7 @@ from .test_uvicorn_apps import errors, sent_by_send
 from .test_uvicorn_cli import ROOT, _environment, bytes_by_call, running
 from .uvicorn_stack import (
     Reply,
+    http_date,
     httpx,
     normalized,
     protocols,
@@ -408,6 +409,71 @@ async def test_browser_seeking_on_one_connection(http: str, root: Path) -> None:
     async with serving(starlette_app(root, "ours"), protocols(http)[1]) as base:
         port = int(base.rsplit(":", 1)[1])
         await asyncio.get_running_loop().run_in_executor(None, seek, port)
+
+
+async def test_the_file_is_opened_first_and_starlette_stats_no_more(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where zerocopysend is advertised, the response's file is opened first and its
+    fstat(2) is Starlette's stat_result: no anyio worker thread runs for a response
+    (Starlette's own class stats in one), the headers are the opened file's, and a
+    path that is no regular file is answered as Starlette answers it.  No task awaits
+    the client's disconnect beside a body (Starlette's own class starts one for each
+    range response under uvicorn's ASGI 2.3)."""
+    import anyio.to_thread
+
+    real_run_sync = anyio.to_thread.run_sync
+    threads = []
+
+    async def counting(function: Any, *args: Any, **kwargs: Any) -> Any:
+        threads.append(function)
+        return await real_run_sync(function, *args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counting)
+    (root / "folder").mkdir()
+    st = os.stat(root / "movie.mp4")
+    asked = [
+        ("GET", "/file/movie.mp4", {"Range": "bytes=10-19"}),
+        ("GET", "/file/movie.mp4", {}),
+        ("HEAD", "/file/movie.mp4", {}),
+        ("GET", "/file/movie.mp4", {"Range": "bytes=0-9,20-29"}),
+    ]
+    replies = {}
+    received = []
+
+    def listened(app: Any) -> Any:
+        """The app, counting its calls of receive(): Starlette's disconnect listener."""
+
+        async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+            async def counted() -> Any:
+                received.append(scope.get("path"))
+                return await receive()
+
+            await app(scope, counted, send)
+
+        return wrapped
+
+    for which, cls in zip(("starlette", "ours"), protocols("httptools"), strict=True):
+        threads.clear()
+        received.clear()
+        app = listened(starlette_app(root, which))
+        async with serving(app, cls) as base, httpx.AsyncClient() as client:
+            replies[which] = [await ask(client, base, request) for request in asked]
+            missing = await client.get(base + "/file/missing.bin", headers={"Range": "bytes=0-9"})
+            folder = await client.get(base + "/file/folder", headers={"Range": "bytes=0-9"})
+        assert missing.status_code == folder.status_code == 500  # Starlette's RuntimeError
+        if which == "starlette":
+            # One os.stat() a response (and the file's reads, each in a thread too).
+            assert threads.count(os.stat) == len(asked) + 2
+            assert received  # the ranges' bodies ran beside a task awaiting receive()
+        else:
+            # ASGI < 2.4: no disconnect listener beside a body that is a few messages.
+            assert received == []
+            # Only the two paths that are no regular files: Starlette stats them itself.
+            assert threads == [os.stat, os.stat]
+    assert replies["ours"] == replies["starlette"]
+    assert header(replies["ours"][1], "content-length") == str(st.st_size)
+    assert header(replies["ours"][1], "last-modified") == http_date(st.st_mtime)
 
 
 # --- failures ---
