@@ -526,18 +526,21 @@ class TlsBufferedUvloop(BufferedUvloop):
 
 
 class TlsMemoryRow(AsyncSender):
-    """The TLS transport's own floor at aiosendfile's write size: no file at all.
+    """The TLS transport's own floor at aiosendfile's write size.
 
-    Not a way to send a file: 32 KiB of ready bytes per writer.write() (the most
-    aiosendfile hands a TLS transport at once, so that a stalled download holds
-    little), written again and again, drain() after each; only the first and
-    last bytes, which the receiver compares with the file's, are read from it.  What asyncio's (or
-    uvloop's) TLS transport costs at that write size, whatever reads the file.
+    Not a way to send a file: 32 KiB per writer.write() (the most aiosendfile hands
+    a TLS transport at once, so that a stalled download holds little), drain()
+    after each.  `reads`: each piece read from the file first, by a plain os.pread()
+    on the loop (which would block it on a cold page: a floor, not a way to send);
+    else one piece of ready bytes written again and again, but for the first and
+    last bytes, which the receiver compares with the file's.  What asyncio's (or
+    uvloop's) TLS transport costs at that write size, with and without the reads.
     """
 
     transport = "tls"
     workloads = LARGE_ONLY
     role: ClassVar[Role] = "floor"
+    reads: ClassVar[bool] = False
 
     async def respond(
         self, writer: asyncio.StreamWriter, file: BinaryIO, size: int, header: bytes
@@ -549,10 +552,10 @@ class TlsMemoryRow(AsyncSender):
         sent = 0
         while sent < size:
             length = min(TLS_WRITE, size - sent)
-            if CHECKED <= sent < size - CHECKED:
-                piece: bytes = block[:length] if length < TLS_WRITE else block
-            else:  # the bytes the receiver compares with the file's
+            if self.reads or not CHECKED <= sent < size - CHECKED:
                 piece = os.pread(fd, length, sent)
+            else:
+                piece = block[:length] if length < TLS_WRITE else block
             writer.write(piece)
             await writer.drain()
             sent += len(piece)
@@ -575,6 +578,24 @@ class TlsMemoryUvloop(TlsMemoryRow):
         "uvloop's TLS transport at aiosendfile's write size: 32 KiB of bytes already in "
         "memory per writer.write(), drain() after each (no file)"
     )
+    loop = "uvloop"
+    requires = ("uvloop",)
+
+
+@register
+class TlsPreadAsyncio(TlsMemoryRow):
+    name = "tls-pread-asyncio"
+    title = (
+        "the same, each 32 KiB read from the file by os.pread() on the loop first: the "
+        "floor of a Python sender that reads the file (no page-cache check, no bound)"
+    )
+    reads = True
+
+
+@register
+class TlsPreadUvloop(TlsPreadAsyncio):
+    name = "tls-pread-uvloop"
+    title = "the same on uvloop: 32 KiB os.pread() on the loop, writer.write(), drain()"
     loop = "uvloop"
     requires = ("uvloop",)
 
