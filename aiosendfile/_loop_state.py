@@ -15,6 +15,8 @@ import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ._settings import ENGINE
+
 if TYPE_CHECKING:
     from ._disk import JobQueue
 
@@ -32,8 +34,8 @@ class LoopState:
     def __init__(self) -> None:
         # The disk workers' queue (_disk), made by the first job.
         self.disk: JobQueue | None = None
-        # Zero-copy steps made on writable events in this pass of the loop, and in the
-        # last pass: the sends sharing the loop's budget (_sending/zerocopy.py).
+        # Steps (a zero-copy call, a buffered turn) made in this pass of the loop, and
+        # in the last pass: the sends sharing the loop's budget (share()).
         self.stepped_this_pass = 0
         self.stepped_last_pass = 0
         self.pass_open = False  # a callback ends the pass (the next loop iteration runs it)
@@ -42,6 +44,34 @@ class LoopState:
         # waits (None when none does: only then does nothing here refer to the loop).
         self.closing_waits: dict[asyncio.Future[None], Any] = {}
         self.closing_timer: asyncio.TimerHandle | None = None
+
+    def share(self) -> int:
+        """The most one step may move now: the loop's budget split between the sends
+        that stepped in the last pass (or this one, if more have), at least the
+        engine's least share.  One step cannot hold the loop for long while other
+        connections wait (nginx's sendfile_max_chunk), and a pass moves about the
+        budget however many sends wake in it."""
+        sharing = self.stepped_last_pass
+        if self.stepped_this_pass > sharing:
+            sharing = self.stepped_this_pass
+        share = ENGINE.loop_budget // sharing if sharing > 1 else ENGINE.loop_budget
+        return share if share > ENGINE.min_share else ENGINE.min_share
+
+    def stepped(self) -> None:
+        """Counts a step that moves bytes in this pass; the pass ends when the loop
+        next runs its callbacks."""
+        if not self.pass_open:
+            self.pass_open = True
+            _running_loop().call_soon(_end_pass, self)
+        self.stepped_this_pass += 1
+
+
+def _end_pass(state: LoopState) -> None:
+    """Runs first in the loop's next iteration: the steps this pass made are how many
+    sends share the loop's budget in the next one."""
+    state.stepped_last_pass = state.stepped_this_pass
+    state.stepped_this_pass = 0
+    state.pass_open = False
 
 
 _states: dict[int, LoopState] = {}

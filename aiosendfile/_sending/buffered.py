@@ -25,9 +25,10 @@ stalled send holds is held a thousand times.  So:
   under TCP memory pressure): under a TLS transport they would wait in the
   socket transport beneath, which the TLS transport's buffer size does not
   count, while the TLS layer went on writing until that one paused it.  So the
-  room is capped by the low mark, and after each piece over TCP the socket's
-  counters say whether the kernel took it; if not, the pieces stop and the send
-  waits until the kernel has taken all it was handed;
+  room is capped by the low mark, and after each turn's pieces over TCP the
+  socket's counters say whether the kernel took them all; if not, the send
+  waits until it has (what the kernel refused waits in that transport, which
+  pauses the TLS layer at its high-water mark: the pieces stop there);
 - regular files' cached chunks are read into one buffer per send, an anonymous
   mapping refilled while the transport keeps nothing and let go before every
   wait (chunks.py): no fresh object per chunk, no heap left holed.
@@ -51,7 +52,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from .. import _linux
+from .. import _linux, _loop_state
 from .._settings import ENGINE
 from .chunks import ChunkReader
 from .flow import Flow
@@ -86,19 +87,24 @@ class Room:
         self.flow = flow
         self.chunk_size = chunk_size
         self.tls = flow.tls
-        # A turn (between two visits of the loop) reads up to chunk_size and hands it
-        # over in writes of write_size (TLS: its BIO stays that small).
+        # A turn (between two visits of the loop) moves what the socket takes, at most
+        # the loop's share, as the zero-copy steps do: the turn's system calls and its
+        # pass of the loop cost as much as encrypting ~50 KiB, so a turn of one chunk
+        # cost a fifth more CPU per byte than 4 MiB turns over TLS.  It reads chunks
+        # of up to chunk_size into the one buffer and hands them over in writes of
+        # write_size (TLS: its BIO stays that small).
         self.write_size = min(chunk_size, TLS_WRITE_SIZE) if self.tls else chunk_size
         self.read_size = chunk_size
         self.min_chunk = min(chunk_size, MIN_CHUNK)
         self._loop = asyncio.get_running_loop()
+        self._shared = _loop_state.current()  # the loop's budget, with its other sends
         # Our own dup of the socket (None: pace by the transport's flow control only).
         self._sock: socket.socket | None = _own_socket(flow.sock)
         self._poll: select.poll | None = None  # whether the socket hung up
         self._corked = False  # hold() corked the socket: push() releases it
-        # Over TLS on TCP: whether the kernel took each piece (None: not asked).
+        # Over TLS on TCP: whether the kernel took each turn's pieces (None: not asked).
         self._taken: _Taken | None = None
-        self._refused = False  # the kernel took less than a piece: wait for the socket
+        self._refused = False  # the kernel took less than a turn: wait for the socket
         if self._sock is not None:
             self._poll = select.poll()
             self._poll.register(self._sock.fileno(), 0)  # POLLHUP and POLLERR always come
@@ -106,15 +112,18 @@ class Room:
                 self._taken = _Taken(self._sock)
 
     def hold(self) -> None:
-        """Corks a TCP socket for a turn's writes (unless the application corked it):
-        a TLS transport sends each write at once, and a small response would leave in
-        as many segments, each waking the peer."""
+        """Corks a TCP socket for the first turn's writes (unless the application
+        corked it): a TLS transport sends each write at once, and the header and a
+        small file would leave in as many segments, each waking the peer.  Later
+        turns are not corked: their writes are large, and a cork held over them
+        delayed every write's last segment to the next one (a quarter more CPU per
+        byte over TLS)."""
         if self._sock is None or self._corked or self._sock.family not in _linux.TCP_FAMILIES:
             return
         self._corked = _linux.cork(self._sock)
 
     def push(self) -> None:
-        """Releases the turn's cork: what it held leaves at once."""
+        """Releases the first turn's cork: what it held leaves at once."""
         if self._corked:
             self._corked = False
             assert self._sock is not None
@@ -175,11 +184,28 @@ class Room:
             # The loop runs between chunks (other connections, news of a lost peer).
             await asyncio.sleep(0)
             flow.check_open()
-            return min(free, self.chunk_size)
+            return self._turn(free)
         before_waiting()
         await self._writable()
         # Writable: the kernel takes some, whatever the estimate says.
-        return min(max(self.free() or 0, self.min_chunk), self.chunk_size)
+        return self._turn(max(self.free() or 0, self.min_chunk))
+
+    def _turn(self, room: int) -> int:
+        """A turn's bytes: the room, at most the loop's share (counted as a step)."""
+        shared = self._shared
+        share = shared.share()
+        shared.stepped()
+        if self._taken is not None:
+            self._taken.start()
+        return min(room, share)
+
+    def end_turn(self) -> None:
+        """After a turn's writes: releases the cork, and notes whether the kernel
+        refused some of them (the next wait then waits until it has them all)."""
+        self.push()
+        taken = self._taken
+        if taken is not None and taken.written and not taken.settled():
+            self._refused = True  # the transport beneath holds bytes
 
     def write(self, data: memoryview) -> int:
         """Hands the transport what of `data` it takes without holding bytes, in writes
@@ -188,15 +214,16 @@ class Room:
         Sized to the socket's room, the pieces go straight to the kernel.  When the
         kernel takes less than the room promised (TCP_NOTSENT_LOWAT, TCP memory
         pressure), the transport under a TLS one keeps the rest, which the TLS
-        transport's buffer size does not show (it would have shown only once that
-        transport's high-water mark paused the TLS layer, with ~100 KiB held): the
-        socket's counters show it after the piece, and the writing stops there.
+        transport's buffer size does not show: the socket's counters show it at the
+        end of the turn (end_turn(); asked per piece, they cost a tenth more CPU per
+        byte), and the send then waits until the kernel has all of it.  The room
+        estimate is exact but for the kernel's memory pressure and the chunk taken
+        when the socket is writable (at most MIN_CHUNK past the room), so little
+        waits there; and the transport beneath pauses the TLS layer at its
+        high-water mark, which the check after each piece sees.
         """
         transport = self.flow.transport
         watched = self._sock is not None
-        taken = self._taken
-        if taken is not None:
-            taken.start()
         done = 0
         pieces = 0
         while done < len(data):
@@ -208,9 +235,8 @@ class Room:
             pieces += 1
             if watched and transport.get_write_buffer_size():
                 break  # it holds bytes: the rest waits until it is empty
-            if taken is not None and not taken.took(len(piece)):
-                self._refused = True
-                break  # the transport beneath holds bytes: wait for the socket
+        if self._taken is not None:
+            self._taken.written += done
         return done
 
     def _check_peer(self) -> None:
@@ -248,8 +274,8 @@ class Room:
 
 
 class _Taken:
-    """Whether the kernel took whole what a TLS transport was just handed, from the
-    TCP socket's own counters: the bytes it holds (SIOCOUTQ) plus those the peer
+    """Whether the kernel took whole what a TLS transport was handed, from the TCP
+    socket's own counters: the bytes it holds (SIOCOUTQ) plus those the peer
     acknowledged (tcpi_bytes_acked) grow by what it took, TLS records' overhead
     included, so by at least the plaintext written when it took all of it.
 
@@ -260,30 +286,18 @@ class _Taken:
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
-        self._queued = 0  # SIOCOUTQ after the last piece
         self._total = 0  # queued + acknowledged at start(), taken low
-        self._written = 0  # plaintext written since start()
+        self.written = 0  # plaintext written since start()
 
     def start(self) -> None:
-        """Before a chunk's pieces: notes the counters."""
+        """Before a turn's pieces: notes the counters."""
         try:
             acked = _linux.bytes_acked(self._sock)  # first: an ACK in between lowers the sum
-            self._queued = _linux.send_queue(self._sock)
-        except OSError:
-            acked = self._queued = 0  # cannot tell (Linux < 4.1): took() will say "took"
-        self._total = acked + self._queued
-        self._written = 0
-
-    def took(self, nbytes: int) -> bool:
-        """After a piece of `nbytes`: whether the kernel took all of it (and all before)."""
-        self._written += nbytes
-        try:
             queued = _linux.send_queue(self._sock)
         except OSError:
-            return True  # cannot tell: the flow control of the transports paces it
-        grew, self._queued = queued - self._queued, queued
-        # ACKs only lower SIOCOUTQ: growing by the piece, it took at least the piece.
-        return grew >= nbytes or self.settled()
+            acked = queued = 0  # cannot tell (Linux < 4.1): settled() will say "took"
+        self._total = acked + queued
+        self.written = 0
 
     def settled(self) -> bool:
         """Whether the kernel has taken all that was written since start()."""
@@ -292,7 +306,7 @@ class _Taken:
             total = queued + _linux.bytes_acked(self._sock)  # last: an ACK in between raises it
         except OSError:
             return True
-        return total - self._total >= self._written
+        return total - self._total >= self.written
 
 
 def _unsent_room(sock: socket.socket) -> int:
@@ -373,7 +387,6 @@ async def send_buffered(transfer: Transfer) -> None:
 
         while rest or not reader.finished:
             budget = await room.wait(before_waiting)  # this turn's most, <= the chunk size
-            room.hold()
             while budget > 0:
                 if not rest:
                     reading = reader.read(min(budget, room.read_size))
@@ -391,10 +404,11 @@ async def send_buffered(transfer: Transfer) -> None:
                 rest = rest[written:] if written < len(rest) else _NOTHING
                 transfer.advance(written)
                 budget -= written
+                # The next read may refill the buffer only if the transport kept none of it.
+                reader.recycle(kept=bool(transfer.transport.get_write_buffer_size()))
                 if rest:
                     break  # the transport holds bytes: wait until it is empty
-            room.push()
-            reader.recycle(kept=bool(transfer.transport.get_write_buffer_size()))
+            room.end_turn()
         if transfer.trailer:
             flow.write(bytes(transfer.trailer))
             transfer.trailer = transfer.trailer[len(transfer.trailer) :]

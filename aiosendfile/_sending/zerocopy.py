@@ -155,13 +155,7 @@ class SendfileEngine:
         t = self.transfer
         position = t.offset + t.sent
         end = self.end
-        shared = self.shared
-        sharing = shared.stepped_last_pass
-        if shared.stepped_this_pass > sharing:
-            sharing = shared.stepped_this_pass
-        share = ENGINE.loop_budget // sharing if sharing > 1 else ENGINE.loop_budget
-        if share < ENGINE.min_share:
-            share = ENGINE.min_share
+        share = self.shared.share()
         nbytes = end - position
         if nbytes > share:
             nbytes = share
@@ -173,10 +167,7 @@ class SendfileEngine:
                 nbytes = ahead
         if nbytes <= 0:
             return
-        if not shared.pass_open:
-            shared.pass_open = True
-            asyncio.get_running_loop().call_soon(_end_pass, shared)
-        shared.stepped_this_pass += 1
+        self.shared.stepped()
         trailer = t.trailer if position + nbytes == end else b""
         cork = not self.cork_held and self.corkable and nbytes >= ENGINE.cork_min
         try:
@@ -326,11 +317,3 @@ class SendfileEngine:
             self.owns_out_fd = False
             os.close(self.out_fd)
         self.transfer.flow.unwatch()
-
-
-def _end_pass(shared: _loop_state.LoopState) -> None:
-    """Runs first in the loop's next iteration: the steps this pass made are how many
-    sends share the loop's budget in the next one."""
-    shared.stepped_last_pass = shared.stepped_this_pass
-    shared.stepped_this_pass = 0
-    shared.pass_open = False
