@@ -25,10 +25,10 @@ stalled send holds is held a thousand times.  So:
   under TCP memory pressure): under a TLS transport they would wait in the
   socket transport beneath, which the TLS transport's buffer size does not
   count, while the TLS layer went on writing until that one paused it.  So the
-  room is capped by the low mark, and after each turn's pieces over TCP the
-  socket's counters say whether the kernel took them all; if not, the send
-  waits until it has (what the kernel refused waits in that transport, which
-  pauses the TLS layer at its high-water mark: the pieces stop there);
+  room is capped by the low mark, and over TCP the socket's counters say
+  whether the kernel took the pieces: after each piece in the last
+  CHECKED_TAIL of the room (where the kernel refuses), else at the end of the
+  turn; if not, the pieces stop and the send waits until the kernel has them;
 - regular files' cached chunks are read into one buffer per send, an anonymous
   mapping refilled while the transport keeps nothing and let go before every
   wait (chunks.py): no fresh object per chunk, no heap left holed.
@@ -75,6 +75,13 @@ _TLS_OVERHEAD = 64
 # asyncio's transports take silently after their socket failed (they log from
 # the sixth on, "socket.send() raised exception.").
 _PEER_CHECK_EVERY = 4
+# The last bytes of a turn's room after each of whose pieces the socket's counters
+# say whether the kernel took it (it refuses as its send buffer fills: a stalled
+# download's last turns are all in this tail, so what waits unseen under the TLS
+# transport stays within a piece).  Before the tail, one look at the end of the turn:
+# asked after every piece of a fast download, the counters cost a sixth more CPU
+# per byte.
+CHECKED_TAIL = 256 * 1024
 _NOTHING = memoryview(b"")
 # A hung-up socket's pending error that is already a ConnectionError subclass.
 _PEER_GONE = frozenset((errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED))
@@ -191,20 +198,28 @@ class Room:
         return self._turn(max(self.free() or 0, self.min_chunk))
 
     def _turn(self, room: int) -> int:
-        """A turn's bytes: the room, at most the loop's share (counted as a step)."""
+        """A turn's bytes: the room, at most the loop's share (counted as a step).
+
+        Nearer full than two chunks (a slow or stalled peer), at most a chunk: the
+        kernel's refusals come there, and a turn that filled the room to its end
+        left a refused piece under uvloop's TLS transport more often (stalled TLS
+        downloads behind 4 KiB client windows held 52-81 KiB instead of 32-57).
+        """
         shared = self._shared
-        share = shared.share()
+        most = shared.share()
+        if room < 2 * self.chunk_size and most > self.chunk_size:
+            most = self.chunk_size
         shared.stepped()
         if self._taken is not None:
-            self._taken.start()
-        return min(room, share)
+            self._taken.start(unchecked=room - CHECKED_TAIL)
+        return min(room, most)
 
     def end_turn(self) -> None:
         """After a turn's writes: releases the cork, and notes whether the kernel
         refused some of them (the next wait then waits until it has them all)."""
         self.push()
         taken = self._taken
-        if taken is not None and taken.written and not taken.settled():
+        if taken is not None and taken.unseen and not taken.settled():
             self._refused = True  # the transport beneath holds bytes
 
     def write(self, data: memoryview) -> int:
@@ -214,16 +229,15 @@ class Room:
         Sized to the socket's room, the pieces go straight to the kernel.  When the
         kernel takes less than the room promised (TCP_NOTSENT_LOWAT, TCP memory
         pressure), the transport under a TLS one keeps the rest, which the TLS
-        transport's buffer size does not show: the socket's counters show it at the
-        end of the turn (end_turn(); asked per piece, they cost a tenth more CPU per
-        byte), and the send then waits until the kernel has all of it.  The room
-        estimate is exact but for the kernel's memory pressure and the chunk taken
-        when the socket is writable (at most MIN_CHUNK past the room), so little
-        waits there; and the transport beneath pauses the TLS layer at its
-        high-water mark, which the check after each piece sees.
+        transport's buffer size does not show (it shows only once that transport's
+        high-water mark paused the TLS layer, with ~100 KiB held): the socket's
+        counters show it after each piece in the room's last CHECKED_TAIL bytes,
+        where the kernel refuses, and the writing stops there; before the tail, at
+        the end of the turn (end_turn()).
         """
         transport = self.flow.transport
         watched = self._sock is not None
+        taken = self._taken
         done = 0
         pieces = 0
         while done < len(data):
@@ -235,8 +249,9 @@ class Room:
             pieces += 1
             if watched and transport.get_write_buffer_size():
                 break  # it holds bytes: the rest waits until it is empty
-        if self._taken is not None:
-            self._taken.written += done
+            if taken is not None and not taken.took(len(piece)):
+                self._refused = True
+                break  # the transport beneath holds bytes: wait for the socket
         return done
 
     def _check_peer(self) -> None:
@@ -287,17 +302,42 @@ class _Taken:
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self._total = 0  # queued + acknowledged at start(), taken low
-        self.written = 0  # plaintext written since start()
+        self._queued = 0  # SIOCOUTQ at the last look
+        self._written = 0  # plaintext written since start()
+        self._unchecked = 0  # bytes still to write before the checked tail
+        self.unseen = 0  # plaintext written since the last look
 
-    def start(self) -> None:
-        """Before a turn's pieces: notes the counters."""
+    def start(self, unchecked: int) -> None:
+        """Before a turn's pieces: notes the counters; the first `unchecked` bytes
+        are looked at only by the next look (a piece's in the tail, or settled())."""
         try:
             acked = _linux.bytes_acked(self._sock)  # first: an ACK in between lowers the sum
+            self._queued = _linux.send_queue(self._sock)
+        except OSError:
+            acked = self._queued = 0  # cannot tell (Linux < 4.1): settled() will say "took"
+        self._total = acked + self._queued
+        self._written = self.unseen = 0
+        self._unchecked = unchecked
+
+    def took(self, nbytes: int) -> bool:
+        """After a piece of `nbytes`: whether the kernel took all of it (and all
+        before); True without asking before the tail."""
+        self._written += nbytes
+        self.unseen += nbytes
+        if self._unchecked >= nbytes:
+            self._unchecked -= nbytes
+            return True
+        self._unchecked = 0
+        try:
             queued = _linux.send_queue(self._sock)
         except OSError:
-            acked = queued = 0  # cannot tell (Linux < 4.1): settled() will say "took"
-        self._total = acked + queued
-        self.written = 0
+            return True  # cannot tell: the flow control of the transports paces it
+        grew, self._queued = queued - self._queued, queued
+        # ACKs only lower SIOCOUTQ: growing by the pieces, it took at least them.
+        if grew >= self.unseen or self.settled():
+            self.unseen = 0
+            return True
+        return False
 
     def settled(self) -> bool:
         """Whether the kernel has taken all that was written since start()."""
@@ -306,7 +346,7 @@ class _Taken:
             total = queued + _linux.bytes_acked(self._sock)  # last: an ACK in between raises it
         except OSError:
             return True
-        return total - self._total >= self.written
+        return total - self._total >= self._written
 
 
 def _unsent_room(sock: socket.socket) -> int:
