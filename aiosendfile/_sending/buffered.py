@@ -111,7 +111,7 @@ class Room:
         self._corked = False  # hold() corked the socket: push() releases it
         # Over TLS on TCP: whether the kernel took each turn's pieces (None: not asked).
         self._taken: _Taken | None = None
-        self._refused = False  # the kernel took less than a turn: wait for the socket
+        self._refused = False  # the kernel refused some of a turn's: wait for the socket
         if self._sock is not None:
             self._poll = select.poll()
             self._poll.register(self._sock.fileno(), 0)  # POLLHUP and POLLERR always come
@@ -426,7 +426,7 @@ async def send_buffered(transfer: Transfer) -> None:
             reader.release()
 
         while rest or not reader.finished:
-            budget = await room.wait(before_waiting)  # this turn's most, <= the chunk size
+            budget = await room.wait(before_waiting)  # this turn's most, <= the loop's share
             while budget > 0:
                 if not rest:
                     reading = reader.read(min(budget, room.read_size))
