@@ -138,7 +138,9 @@ def running(args: list[str]) -> Iterator[Server]:
     finally:
         status = server.stop()
     assert status == 0, f"exit status {status}: {server.log()[-20:]}"
-    assert not [line for line in server.log() if "Traceback" in line], server.log()
+    log = server.log()
+    tracebacks = [i for i, line in enumerate(log) if "Traceback" in line]
+    assert not tracebacks, "\n".join(log[max(tracebacks[0] - 10, 0) : tracebacks[0] + 40])
 
 
 # --- fixtures: files, certificates, servers -----------------------------------------------

@@ -26,9 +26,10 @@ stalled send holds is held a thousand times.  So:
   socket transport beneath, which the TLS transport's buffer size does not
   count, while the TLS layer went on writing until that one paused it.  So the
   room is capped by the low mark, and over TCP the socket's counters say
-  whether the kernel took the pieces: after each piece in the last
-  CHECKED_TAIL of the room (where the kernel refuses), else at the end of the
-  turn; if not, the pieces stop and the send waits until the kernel has them;
+  whether the kernel took the pieces: after each piece of a socket near full
+  and in the last CHECKED_TAIL of a larger room (where the kernel refuses),
+  else at the end of the turn; if not, the pieces stop and the send waits
+  until the kernel has them;
 - regular files' cached chunks are read into one buffer per send, an anonymous
   mapping refilled while the transport keeps nothing and let go before every
   wait (chunks.py): no fresh object per chunk, no heap left holed.
@@ -75,12 +76,14 @@ _TLS_OVERHEAD = 64
 # asyncio's transports take silently after their socket failed (they log from
 # the sixth on, "socket.send() raised exception.").
 _PEER_CHECK_EVERY = 4
-# The last bytes of a turn's room after each of whose pieces the socket's counters
-# say whether the kernel took it (it refuses as its send buffer fills: a stalled
-# download's last turns are all in this tail, so what waits unseen under the TLS
-# transport stays within a piece).  Before the tail, one look at the end of the turn:
-# asked after every piece of a fast download, the counters cost a sixth more CPU
-# per byte.
+# A socket with less room than this is near full (a slow or stalled peer): there
+# the kernel refuses, so a turn is one chunk and the socket's counters say after
+# every piece whether the kernel took it (what waits unseen under the TLS transport
+# stays within a piece).  With more room, a turn moves the loop's share and the
+# counters are asked after the pieces in the room's last CHECKED_TAIL bytes, and once
+# at the end of the turn: asked after every piece of a fast download, they cost a
+# sixth more CPU per byte.
+NEAR_FULL = 1024 * 1024
 CHECKED_TAIL = 256 * 1024
 _NOTHING = memoryview(b"")
 # A hung-up socket's pending error that is already a ConnectionError subclass.
@@ -200,18 +203,20 @@ class Room:
     def _turn(self, room: int) -> int:
         """A turn's bytes: the room, at most the loop's share (counted as a step).
 
-        Nearer full than two chunks (a slow or stalled peer), at most a chunk: the
-        kernel's refusals come there, and a turn that filled the room to its end
-        left a refused piece under uvloop's TLS transport more often (stalled TLS
-        downloads behind 4 KiB client windows held 52-81 KiB instead of 32-57).
+        Near full (NEAR_FULL), at most a chunk, every piece checked: turns that
+        filled a small room to its end left refused pieces under uvloop's TLS
+        transport (stalled TLS downloads behind 4 KiB client windows held 52-81 KiB
+        per connection, against the 64 KiB bound).
         """
         shared = self._shared
         most = shared.share()
-        if room < 2 * self.chunk_size and most > self.chunk_size:
-            most = self.chunk_size
+        unchecked = room - CHECKED_TAIL
+        if room < NEAR_FULL:
+            most = min(most, self.chunk_size)
+            unchecked = 0
         shared.stepped()
         if self._taken is not None:
-            self._taken.start(unchecked=room - CHECKED_TAIL)
+            self._taken.start(unchecked=unchecked)
         return min(room, most)
 
     def end_turn(self) -> None:
@@ -231,9 +236,9 @@ class Room:
         pressure), the transport under a TLS one keeps the rest, which the TLS
         transport's buffer size does not show (it shows only once that transport's
         high-water mark paused the TLS layer, with ~100 KiB held): the socket's
-        counters show it after each piece in the room's last CHECKED_TAIL bytes,
-        where the kernel refuses, and the writing stops there; before the tail, at
-        the end of the turn (end_turn()).
+        counters show it after each piece near the room's end (_turn()), where the
+        kernel refuses, and the writing stops there; before that, at the end of the
+        turn (end_turn()).
         """
         transport = self.flow.transport
         watched = self._sock is not None

@@ -178,8 +178,9 @@ def keep_resumable(ssl_object: ssl.SSLObject) -> None:
 
 
 async def close_data(writer: asyncio.StreamWriter, timeout: float) -> None:
-    """Closes a data connection gracefully: bytes written go first, then FIN (and TLS
-    close_notify); aborts it if that takes longer than `timeout`."""
+    """Closes a data (or refused control) connection gracefully: bytes written go
+    first, then FIN (and TLS close_notify); aborts it if that takes longer than
+    `timeout`.  A connection the peer reset raises here, not later in a log."""
     writer.close()
     try:
         async with asyncio.timeout(timeout):

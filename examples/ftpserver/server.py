@@ -9,7 +9,8 @@ import logging
 import socket
 from typing import Any
 
-from .config import LINE_LIMIT, Config
+from .config import CLOSE_TIMEOUT, LINE_LIMIT, Config
+from .data import close_data
 from .filesystem import Root
 from .protocol import Session
 
@@ -37,7 +38,10 @@ class FTPServer:
         if self.per_ip.get(ip, 0) >= self.config.max_conns_per_ip:
             log.info("%s refused: %d connections already", ip, self.per_ip[ip])
             writer.write(b"421 Too many connections from your address.\r\n")
-            writer.close()
+            # Waited for: a client already gone leaves its reset in the stream's close
+            # future, which asyncio logs ("Future exception was never retrieved") if
+            # the future is collected before its protocol.
+            await close_data(writer, CLOSE_TIMEOUT)
             return
         # Urgent data (ABOR sent as ftplib's abort() sends it) stays in the stream.
         with contextlib.suppress(OSError, AttributeError):  # AttributeError: no socket
