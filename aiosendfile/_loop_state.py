@@ -45,17 +45,17 @@ class LoopState:
         self.closing_waits: dict[asyncio.Future[None], Any] = {}
         self.closing_timer: asyncio.TimerHandle | None = None
 
-    def share(self) -> int:
+    def share(self, least: int) -> int:
         """The most one step may move now: the loop's budget split between the sends
-        that stepped in the last pass (or this one, if more have), at least the
-        engine's least share.  One step cannot hold the loop for long while other
-        connections wait (nginx's sendfile_max_chunk), and a pass moves about the
-        budget however many sends wake in it."""
+        that stepped in the last pass (or this one, if more have), at least `least`.
+        One step cannot hold the loop for long while other connections wait (nginx's
+        sendfile_max_chunk), and a pass moves about the budget however many sends
+        wake in it."""
         sharing = self.stepped_last_pass
         if self.stepped_this_pass > sharing:
             sharing = self.stepped_this_pass
         share = ENGINE.loop_budget // sharing if sharing > 1 else ENGINE.loop_budget
-        return share if share > ENGINE.min_share else ENGINE.min_share
+        return share if share > least else least
 
     def stepped(self) -> None:
         """Counts a step that moves bytes in this pass; the pass ends when the loop

@@ -155,7 +155,7 @@ class SendfileEngine:
         t = self.transfer
         position = t.offset + t.sent
         end = self.end
-        share = self.shared.share()
+        share = self.shared.share(ENGINE.min_share)
         nbytes = end - position
         if nbytes > share:
             nbytes = share

@@ -87,11 +87,11 @@ async def test_each_step_asks_for_a_share_of_the_last_pass(
 
 
 def _within_shares(moved: dict[tuple[int, int], int], steps_in: dict[int, int]) -> int:
-    """Checks every (pass, send)'s bytes against the share the last pass left it; how
-    many were checked."""
+    """Checks every (pass, send)'s bytes against the share the last pass left it (a
+    buffered turn's least is one chunk); how many were checked."""
     checked = 0
     for previous, current in itertools.pairwise(sorted(steps_in)):
-        largest = max(ENGINE.min_share, ENGINE.loop_budget // max(steps_in[previous], 1))
+        largest = max(ENGINE.chunk_size, ENGINE.loop_budget // max(steps_in[previous], 1))
         for (when, send), nbytes in moved.items():
             if when == current:
                 assert nbytes <= largest, (current, send, nbytes, steps_in[previous])
