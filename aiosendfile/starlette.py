@@ -1,4 +1,4 @@
-"""Starlette's FileResponse and StaticFiles, with Range bodies sent as zerocopysend.
+"""Starlette's FileResponse and StaticFiles, their bodies zero-copy behind any middleware.
 
     from aiosendfile.starlette import FileResponse, StaticFiles
 
@@ -7,19 +7,25 @@
 
     app.mount("/static", StaticFiles(directory="static"))   # as starlette.staticfiles'
 
-Starlette sends a whole file as `http.response.pathsend` where the server advertises
+Starlette sends a whole file as `http.response.pathsend` where the server offers
 it, but answers a Range request by reading the file in 64 KiB chunks in worker
-threads and sending them as body messages (pathsend has no offset).  These
-subclasses answer it, where the server advertises `http.response.zerocopysend`
-(`aiosendfile.uvicorn`'s protocols do), with the file opened once and its ranges
-sent by reference: one range as its 206 head and one zerocopysend message; several
-as Starlette's multipart/byteranges body, each part's boundary lines a body message
-and its bytes a zerocopysend message, byte for byte what Starlette sends; a whole
-file as one zerocopysend message.  Everything else is Starlette's own code: the
-constructor, headers, statuses, conditional requests, If-Range, 416 and 400
-answers, HEAD, and every response on a server that does not advertise
-zerocopysend (stock uvicorn, granian, hypercorn), or behind a middleware that took
-the extension away (aiosendfile.uvicorn does, behind GZipMiddleware).
+threads and sending them as body messages (pathsend has no offset); and a
+middleware between it and the server may lose a pathsend.  These subclasses,
+where the server serves file ranges (`aiosendfile.uvicorn`'s protocols do:
+_asgi.ranges), open the file once and send its bytes by reference: a whole file,
+one range, or each part of a multipart/byteranges body (its boundary lines as
+body messages, byte for byte what Starlette sends), each as a body message that
+stands for the range.  Where it reaches the server as it was sent, the bytes go
+zero-copy.  Where a middleware rewrites or drops it (a compressor, a
+BaseHTTPMiddleware's dispatch, one that knows no such message), it was an empty
+chunk to that middleware, and the same bytes follow in Starlette's own body
+messages, from the same offset: the middleware answers as with Starlette's class
+on stock uvicorn.  A range smaller than one of Starlette's chunks goes as
+Starlette sends it when the head did not reach the server at once (a compressor
+holds it until the first chunk, on whose size it decides).  Everything else is
+Starlette's own code: the constructor, headers, statuses, conditional requests,
+If-Range, 416 and 400 answers, HEAD, and every response on a server that serves
+no file ranges (stock uvicorn, granian, hypercorn).
 
 The file is opened first, as send() opens a path: on the loop where its
 filesystem cannot make open(2) wait, else by a worker; and closed the same way
@@ -34,7 +40,8 @@ would start, beside a range's body, a task awaiting the client's disconnect to s
 the body (under 2.3, uvicorn's): the body is a few messages the server finishes, or
 drops once the client is gone.  A file shorter than the ranges asked (shrunk since
 StaticFiles' stat, say) raises before anything is sent (the server answers 500),
-where Starlette would have sent the head, then closed the connection.
+where Starlette would have sent the head, then closed the connection; one that
+shrinks while it is sent closes the connection, as Starlette's does.
 
 This is the only module that imports Starlette.  The Starlette internals it relies
 on (`_missing_internals` looks for them at import; where one is missing the
@@ -71,7 +78,8 @@ import starlette
 from starlette import responses, staticfiles
 from starlette.types import Message, Receive, Scope, Send
 
-from ._asgi.bodies import ZEROCOPYSEND
+from . import _disk
+from ._asgi.ranges import FILE_RANGES, RECEIPT, FileRange, Receipt
 from ._files import FileArgument, close_file_argument, start_file_argument
 
 __all__ = ("FileResponse", "StaticFiles")
@@ -114,19 +122,81 @@ def _missing_internals(cls: type[Any]) -> dict[str, str]:
 MISSING = _missing_internals(responses.FileResponse)
 
 
-class _ZeroCopySend:
-    """The server's `send`, marked: the server advertises zerocopysend.  FileResponse's
-    handlers are given it by Starlette's __call__, and look for the mark; `file` is
-    the response's file, opened before Starlette looked at it, until a handler takes it."""
+class _RangeSend:
+    """The server's `send`, for a response whose server serves file ranges
+    (_asgi.ranges).  FileResponse's handlers are given it by Starlette's __call__,
+    look for it, and send through it their head (`start()`) and their file's ranges
+    (`range()`): each a FileRange where it may reach the server as it was sent, else
+    Starlette's own body messages.  `file` is the response's file, opened before
+    Starlette looked at it, until a handler takes it."""
 
-    __slots__ = ("file", "send")
+    __slots__ = ("chunk_size", "file", "head_passed", "send")
 
-    def __init__(self, send: Send) -> None:
+    def __init__(self, send: Send, chunk_size: int) -> None:
         self.send = send
+        self.chunk_size = chunk_size
         self.file: _SizedFile | None = None
+        self.head_passed = False
 
     def __call__(self, message: Message) -> Awaitable[None]:
         return self.send(message)
+
+    async def start(self, head: Message) -> None:
+        """Sends the response's head, and learns whether it reached the server at
+        once: no layer between them holds heads (as compressors do until they see
+        the body's first chunk)."""
+        receipt = Receipt()
+        await self.send({**head, RECEIPT: receipt})
+        self.head_passed = receipt.arrived
+
+    async def range(self, opened: _SizedFile, start: int, end: int, *, last: bool) -> None:
+        """Bytes `start` to `end` of the file; `last`: they end the body."""
+        if not (self._spans(end - start) and await self._span(opened, start, end, last)):
+            await self._chunks(opened, start, end, last)
+
+    async def whole(self, opened: _SizedFile) -> None:
+        """The whole file: a FileRange, or Starlette's chunks read to the end of the
+        file, the last one short (or empty), as its simple handler sends them."""
+        if self._spans(opened.size) and await self._span(opened, 0, opened.size, True):
+            return
+        assert opened.fd is not None
+        offset, more_body = 0, True
+        while more_body:
+            chunk = await _disk.pread(opened.fd, self.chunk_size, offset)
+            offset += len(chunk)
+            more_body = len(chunk) == self.chunk_size
+            await self.send({"type": "http.response.body", "body": chunk, "more_body": more_body})
+
+    def _spans(self, length: int) -> bool:
+        """Whether `length` bytes go as a FileRange first: unless the head was held
+        and they are less than one of Starlette's chunks.  A layer that holds heads
+        decides on the body's first chunk, which for so small a body Starlette sends
+        whole and last (a compressor leaves it as it is under its minimum size, or
+        gives it a Content-Length): those bytes go as Starlette sends them."""
+        return self.head_passed or length >= self.chunk_size
+
+    async def _span(self, opened: _SizedFile, start: int, end: int, last: bool) -> bool:
+        """Sends the bytes as a FileRange; whether the server took them (if not, none
+        of them went)."""
+        span = FileRange(opened.file, start, end - start)
+        await self.send({"type": "http.response.body", "body": span, "more_body": True})
+        if not span.withdraw():
+            return False
+        if last:
+            await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+        return True
+
+    async def _chunks(self, opened: _SizedFile, start: int, end: int, last: bool) -> None:
+        """The range as Starlette's range handlers send it: chunks read off the loop,
+        the last one with `more_body` false if it ends the body."""
+        assert opened.fd is not None
+        while start < end:
+            chunk = await _disk.pread(opened.fd, min(self.chunk_size, end - start), start)
+            if not chunk:
+                raise RuntimeError(f"the file shrank while it was sent (at byte {start})")
+            start += len(chunk)
+            more_body = start < end or not last
+            await self.send({"type": "http.response.body", "body": chunk, "more_body": more_body})
 
 
 class _SizedFile(FileArgument):
@@ -153,25 +223,25 @@ async def _head(handler: Callable[..., Awaitable[None]], *args: Any) -> Message:
 
 
 class FileResponse(responses.FileResponse):
-    """Starlette's FileResponse; where the server advertises `http.response.zerocopysend`,
-    ranges are sent by it (see the module's docstring)."""
+    """Starlette's FileResponse; where the server serves file ranges (aiosendfile's
+    uvicorn protocols), its bodies go zero-copy (see the module's docstring)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not (
             _ZERO_COPY
             and scope["type"] == "http"
-            and ZEROCOPYSEND in (scope.get("extensions") or {})
+            and FILE_RANGES in (scope.get("extensions") or {})
         ):
             await super().__call__(scope, receive, send)
             return
-        marked = _ZeroCopySend(send)
+        ranged = _RangeSend(send, self.chunk_size)
         if self.stat_result is None:
             # Open first, and give Starlette the opened file's status: its stat (a
             # thread's round trip) is not made, and the headers describe the bytes sent.
-            marked.file = await _open_regular(self.path)
-            if marked.file is not None:
-                self.set_stat_headers(marked.file.stat)
-                self.stat_result = marked.file.stat
+            ranged.file = await _open_regular(self.path)
+            if ranged.file is not None:
+                self.set_stat_headers(ranged.file.stat)
+                self.stat_result = ranged.file.stat
         if not MISSING:
             # Under ASGI < 2.4 Starlette runs the body in a task group beside a task
             # that awaits the client's disconnect, to stop a body it streams.  Every
@@ -180,40 +250,36 @@ class FileResponse(responses.FileResponse):
             # task and a cancellation per response saved.
             scope = {**scope, "asgi": {**scope.get("asgi", {}), "spec_version": "2.4"}}
         try:
-            await super().__call__(scope, receive, marked)
+            await super().__call__(scope, receive, ranged)
         finally:
-            if marked.file is not None:  # no handler of ours took it (HEAD, 416, 400...)
+            if ranged.file is not None:  # no handler of ours took it (HEAD, 416, 400...)
                 with anyio.CancelScope(shield=True):
-                    await close_file_argument(marked.file)
+                    await close_file_argument(ranged.file)
 
     async def _handle_simple(self, send: Send, send_header_only: bool, send_pathsend: bool) -> None:
-        if send_header_only or not isinstance(send, _ZeroCopySend):
+        if send_header_only or not isinstance(send, _RangeSend):
             await super()._handle_simple(send, send_header_only, send_pathsend)
             return
-        if send_pathsend and send.file is None:
-            # Starlette's own pathsend: the server opens the path, as it would for it.
-            await super()._handle_simple(send, send_header_only, send_pathsend)
-            return
-        start = await _head(super()._handle_simple, True, False)
+        head = await _head(super()._handle_simple, True, False)
         async with self._opened(send, 0) as opened:
-            await send(start)
-            await send(_part(opened, 0, opened.size, more_body=False))
+            await send.start(head)
+            await send.whole(opened)
 
     async def _handle_single_range(
         self, send: Send, start: int, end: int, file_size: int, send_header_only: bool
     ) -> None:
-        if send_header_only or not isinstance(send, _ZeroCopySend):
+        if send_header_only or not isinstance(send, _RangeSend):
             await super()._handle_single_range(send, start, end, file_size, send_header_only)
             return
         head = await _head(super()._handle_single_range, start, end, file_size, True)
         async with self._opened(send, end) as opened:
-            await send(head)
-            await send(_part(opened, start, end, more_body=False))
+            await send.start(head)
+            await send.range(opened, start, end, last=True)
 
     async def _handle_multiple_ranges(
         self, send: Send, ranges: list[tuple[int, int]], file_size: int, send_header_only: bool
     ) -> None:
-        if send_header_only or not isinstance(send, _ZeroCopySend):
+        if send_header_only or not isinstance(send, _RangeSend):
             await super()._handle_multiple_ranges(send, ranges, file_size, send_header_only)
             return
         head = await _head(super()._handle_multiple_ranges, ranges, file_size, True)
@@ -222,18 +288,17 @@ class FileResponse(responses.FileResponse):
             ranges, boundary, file_size, self.headers["content-type"]
         )
         async with self._opened(send, max(end for _, end in ranges)) as opened:
-            await send(head)
-            separator = b""  # each part's bytes end with CRLF: sent with the next boundary
+            await send.start(head)
             for start, end in ranges:
-                body = separator + part_header(start, end)
-                await send({"type": "http.response.body", "body": body, "more_body": True})
-                await send(_part(opened, start, end, more_body=True))
-                separator = b"\r\n"
-            closing = separator + f"--{boundary}--".encode("latin-1")
+                header = part_header(start, end)
+                await send({"type": "http.response.body", "body": header, "more_body": True})
+                await send.range(opened, start, end, last=False)
+                await send({"type": "http.response.body", "body": b"\r\n", "more_body": True})
+            closing = f"--{boundary}--".encode("latin-1")
             await send({"type": "http.response.body", "body": closing, "more_body": False})
 
     @contextlib.asynccontextmanager
-    async def _opened(self, send: _ZeroCopySend, end: int) -> AsyncIterator[_SizedFile]:
+    async def _opened(self, send: _RangeSend, end: int) -> AsyncIterator[_SizedFile]:
         """The file `send` holds, else opened now as send() opens a path; RuntimeError
         if it holds fewer than `end` bytes (Starlette's words for a multipart body it
         finds short).  Closed at the end."""
@@ -277,16 +342,6 @@ async def _open_regular(path: str | os.PathLike[str]) -> _SizedFile | None:
     with anyio.CancelScope(shield=True):
         await close_file_argument(opened)
     return None
-
-
-def _part(opened: _SizedFile, start: int, end: int, more_body: bool) -> Message:
-    return {
-        "type": ZEROCOPYSEND,
-        "file": opened.file,
-        "offset": start,
-        "count": end - start,
-        "more_body": more_body,
-    }
 
 
 def _boundary_of(head: Message) -> str:

@@ -4,11 +4,20 @@
     uvicorn.run(app, http=aiosendfile.uvicorn.HttpToolsProtocol)
 
 `HttpToolsProtocol` and `H11Protocol` are uvicorn's own protocol classes of the
-same names (HttpToolsProtocol needs httptools, as uvicorn's does), which advertise
-`http.response.pathsend` and `http.response.zerocopysend` in every request's
-`scope["extensions"]` and serve them: Starlette's (so FastAPI's) FileResponse
-sends pathsend, ServeStatic sends zerocopysend (Range requests too).  Parsing,
-headers, keep-alive, pipelining, flow control and the access log are uvicorn's.
+same names (HttpToolsProtocol needs httptools, as uvicorn's does), which serve the
+ASGI file messages with `aiosendfile.send()`.  Parsing, headers, keep-alive,
+pipelining, flow control and the access log are uvicorn's.
+
+What the app is offered, in ``scope["extensions"]``, is never what a middleware it
+stacks could turn into a worse answer than stock uvicorn gives:
+- `aiosendfile.file_ranges` (_asgi.ranges), always: aiosendfile.starlette's classes
+  send each range of a file as a body message that stands for it, which this
+  server sends zero-copy if it arrives as it was sent, and which is otherwise the
+  empty chunk it looks like, the class then sending the bytes in body messages.
+- `http.response.pathsend` and `http.response.zerocopysend` (Starlette's
+  FileResponse, ServeStatic), only to code whose way from this server runs through
+  layers known to pass them on unchanged (_asgi.offers): behind any other, however
+  deep in mounted applications, the app answers as on stock uvicorn.
 
 A file message's bytes go by `send()`: zero-copy (sendfile(2)) on plain TCP and
 Unix sockets, on uvloop and asyncio alike; the buffered path on TLS.  The
@@ -17,19 +26,12 @@ loop): when that is a file message, the head leaves with the file's first bytes
 (a small cached file: one call of the core).  Content-Length and chunked
 framing are uvicorn's (h11's for H11Protocol); HEAD sends no body.  A pathsend
 path relative to the working directory is taken as the app would have opened it
-on stock uvicorn (Starlette's FileResponse("report.pdf")).
-
-Middleware that would lose what the file messages stand for (_asgi.middleware):
-with Starlette's GZipMiddleware in the app's chain, a head the middleware would
-hold (it may compress the body) waits for the app's next message, and a
-pathsend after it is replayed through a copy of the middleware as
-FileResponse's body messages, compressed as on stock uvicorn; heads it lets
-through at once (images, video, archives...) keep their zero-copy file.  With
-GZipMiddleware or BaseHTTPMiddleware in the chain, zerocopysend is not
-advertised (the one drops it, the other fails on it).
+on stock uvicorn (Starlette's FileResponse("report.pdf")).  A pathsend or
+zerocopysend that arrives is served if the class serves it (`extensions`: a
+subclass may serve fewer), whether or not it was offered to its sender.
 
 Failures: anything wrong before a byte of the body is sent (a path that is not a
-str, a message this server does not advertise, a file that cannot be opened, a size
+str, a message this server does not serve, a file that cannot be opened, a size
 that differs from the response's Content-Length) raises in the app, and the
 client gets a 500 if the head is not out yet, else a closed connection.  A file
 that shrinks while it is sent closes the connection (and raises): never a body
@@ -77,7 +79,8 @@ from ._asgi.bodies import (
     pathsend_body,
     zerocopysend_body,
 )
-from ._asgi.middleware import Compressor, drops_zerocopysend, find_compressor
+from ._asgi.offers import Extensions, Offer
+from ._asgi.ranges import FILE_RANGES, RECEIPT, FileRange, Receipt
 from ._lazy import Maker, made_on_first_use
 from ._sending.api import send
 
@@ -85,7 +88,7 @@ from ._sending.api import send
 __all__ = ("EXTENSIONS", "H11Protocol", "HttpToolsProtocol")  # noqa: F822
 
 # What the protocols advertise, in scope["extensions"]; a subclass may advertise fewer.
-EXTENSIONS = (PATHSEND, ZEROCOPYSEND)
+EXTENSIONS = (PATHSEND, ZEROCOPYSEND, FILE_RANGES)
 
 MIN_UVICORN = (0, 36)
 
@@ -195,67 +198,41 @@ class _HeldWrites:
         self.data.append(bytes(data))
 
 
-_UNKNOWN: Any = object()
-
-
 class _FileServing:
     """The app a protocol runs, wrapped: the file extensions advertised and served."""
 
-    __slots__ = ("_compressor", "advertised", "app", "framing", "surveyed")
+    __slots__ = ("advertised", "app", "framing", "offer")
 
     def __init__(self, app: App, framing: _Framing, advertised: tuple[str, ...]) -> None:
         self.app = app
         self.framing = framing
         self.advertised = frozenset(advertised)
-        self.surveyed = False  # the app's middleware looked at (zerocopysend's fate)
-        self._compressor: Compressor | None = _UNKNOWN
-
-    def compressor(self) -> Compressor | None:
-        """Starlette's GZipMiddleware in the app's chain, looked for once a response
-        starts: Starlette builds its middleware when it first serves a request."""
-        if self._compressor is _UNKNOWN:
-            self._compressor = find_compressor(self.app)
-        return self._compressor
+        # pathsend and zerocopysend are answered for when asked (_asgi.offers); the
+        # file ranges of aiosendfile's classes are safe behind any middleware.
+        self.offer = Offer(self.advertised & FILE_MESSAGES, _FileServing.__call__.__code__)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not self.surveyed:
-            self.surveyed = True
-            if ZEROCOPYSEND in self.advertised and drops_zerocopysend(self.app):
-                # Starlette's GZip and BaseHTTP middleware would lose the message, and
-                # ServeStatic sends pathsend instead.
-                self.advertised -= {ZEROCOPYSEND}
-        extensions = scope.get("extensions")
-        if extensions is None:
-            extensions = scope["extensions"] = {}
-        for name in self.advertised:
-            extensions[name] = {}
-        response = _Response(send.__self__, self, receive)  # type: ignore[attr-defined]
+        held = scope.get("extensions") or {}
+        if FILE_RANGES in self.advertised:
+            held = {**held, FILE_RANGES: {}}
+        scope["extensions"] = Extensions(held, self.offer)
+        response = _Response(send.__self__, self)  # type: ignore[attr-defined]
         try:
             await self.app(scope, receive, response.send)
-        except BaseException:
-            # A head the GZipMiddleware would still hold is not sent: uvicorn answers 500.
-            response.deferred = None
-            raise
         finally:
-            if response.deferred is not None:
-                await response.pass_deferred()  # the app returned after its start
             if response.head is not None:
                 response.write_head()  # the app returned (or failed) after its start
 
 
 class _Response:
     """One request's response: the app's messages, passed on to uvicorn's cycle, but
-    the file messages, which are sent here (see the module's docstring)."""
+    the file messages and file ranges, which are sent here (see the module's docstring)."""
 
-    __slots__ = (
-        "bodied", "body_bytes", "cycle", "deferred", "head", "receive", "rendered", "serving"
-    )  # fmt: skip
+    __slots__ = ("bodied", "body_bytes", "cycle", "head", "rendered", "serving")
 
-    def __init__(self, cycle: _Cycle, serving: _FileServing, receive: Receive) -> None:
+    def __init__(self, cycle: _Cycle, serving: _FileServing) -> None:
         self.cycle = cycle
         self.serving = serving
-        self.receive = receive
-        self.deferred: Message | None = None  # a start a GZipMiddleware would have held
         self.head: bytes | None = None  # rendered by uvicorn, not written yet
         self.rendered = b""  # the head, written or not
         self.body_bytes = 0  # body bytes sent (h11's framing counts with them)
@@ -263,30 +240,24 @@ class _Response:
 
     async def send(self, message: Message) -> None:
         kind = message["type"]
-        if self.deferred is not None:
-            if kind == PATHSEND and self._compressible():
-                await self._send_compressed(message)
+        if kind == "http.response.body":
+            body = message.get("body", b"")
+            if type(body) is FileRange:
+                await self._send_range(body, message)
                 return
-            await self.pass_deferred()
-        if kind in FILE_MESSAGES:
+            self.bodied = True
+            self.body_bytes += len(body)
+        elif kind in FILE_MESSAGES:
             await self._send_file(kind, message)
+            return
+        elif kind == "http.response.start" and not self.cycle.response_started:
+            receipt = message.get(RECEIPT)
+            if isinstance(receipt, Receipt):
+                receipt.arrived = True
+            await self._start(message)
             return
         if self.head is not None:
             self.write_head()
-        if kind == "http.response.start" and not self.cycle.response_started:
-            compressor = self.serving.compressor()
-            if compressor is not None and await compressor.holds(
-                self.cycle.scope, self.receive, message
-            ):
-                # The middleware passed this head on only because the body's first
-                # message follows at once: a pathsend it would have compressed.
-                self.deferred = message
-                return
-            await self._start(message)
-            return
-        if kind == "http.response.body":
-            self.bodied = True
-            self.body_bytes += len(message.get("body", b""))
         await self.cycle.send(message)
 
     async def _start(self, message: Message) -> None:
@@ -305,42 +276,37 @@ class _Response:
             self.head = self.rendered = b"".join(held.data)
             asyncio.get_running_loop().call_soon(self.write_head)
 
-    async def pass_deferred(self) -> None:
-        start, self.deferred = self.deferred, None
-        if start is not None:
-            await self._start(start)
-
-    def _compressible(self) -> bool:
-        """Whether a pathsend after a deferred start takes the middleware's path."""
-        return PATHSEND in self.serving.advertised and self.cycle.scope["method"] != "HEAD"
-
-    async def _send_compressed(self, message: Message) -> None:
-        """The file in body messages through a copy of the app's GZipMiddleware: what
-        stock uvicorn gets, as Starlette's FileResponse sends such messages there."""
-        start, self.deferred = self.deferred, None
-        assert start is not None
-        body = await pathsend_body(message)  # nothing started: uvicorn answers 500
-        try:
-            compressor = self.serving.compressor()
-            assert compressor is not None
-            await compressor.replay(self.cycle.scope, self.receive, start, body, self._pass)
-        finally:
-            await body.close()
-
-    async def _pass(self, message: Message) -> None:
-        """A message of the middleware's replay: uvicorn's to send."""
-        if self.head is not None:
-            self.write_head()
-        if message["type"] == "http.response.start":
-            await self._start(message)
-        else:
-            self.bodied = True
-            await self.cycle.send(message)
-
     def write_head(self) -> None:
         head, self.head = self.head, None
         if head is not None:
             self.cycle.transport.write(head)
+
+    async def _send_range(self, span: FileRange, message: Message) -> None:
+        """A FileRange body (_asgi.ranges): sent here if it is this server's to send,
+        else passed on as the empty chunk it looks like (its response then sends the
+        bytes itself, which uvicorn frames, counts and checks as ever)."""
+        cycle = self.cycle
+        if FILE_RANGES not in self.serving.advertised or not cycle.response_started:
+            await self.send({**message, "body": b""})  # uvicorn's answer to a body, if any
+            return
+        remaining = self.serving.framing.remaining(self)
+        if (remaining is not None and span.length > remaining) or not span.take():
+            await self.send({**message, "body": b""})
+            return
+        more_body = bool(message.get("more_body", False))
+        if cycle.response_complete or cycle.disconnected or cycle.scope["method"] == "HEAD":
+            # No body goes: uvicorn's own writes would send nothing either.
+            await self.send({"type": "http.response.body", "body": b"", "more_body": more_body})
+            return
+        head, self.head = self.head, None
+        self.bodied = True
+        while cycle.flow.write_paused and not cycle.disconnected:
+            await cycle.flow.drain()
+        if cycle.disconnected:
+            return
+        body = FileBody(span.file, span.offset, span.length, more_body)
+        prefix, suffix = self.serving.framing.frame(self, body.count)
+        await self._transfer(body, head + prefix if head is not None else prefix, suffix)
 
     async def _send_file(self, kind: str, message: Message) -> None:
         cycle = self.cycle

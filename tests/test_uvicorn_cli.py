@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 
+from aiosendfile._asgi.ranges import FILE_RANGES
+
 from .subprocesses import SYSCALL, env_importing_this_package, trace_lines
 
 ROOT = "AIOSENDFILE_TEST_ROOT"  # the environment variable naming the served directory
@@ -53,9 +55,10 @@ _require(
 )
 
 
-def starlette_app(*middleware: Any) -> Any:
-    """/file/{name}: Starlette's FileResponse (pathsend) of $AIOSENDFILE_TEST_ROOT/name;
-    /loop: the serving loop's class, the scope's extensions and the process id."""
+def starlette_app(*middleware: Any, ours: bool = False) -> Any:
+    """/file/{name}: Starlette's FileResponse (pathsend) of $AIOSENDFILE_TEST_ROOT/name,
+    or `ours`, aiosendfile.starlette's; /loop: the serving loop's class, the scope's
+    extensions and the process id."""
     import asyncio
 
     from starlette.applications import Starlette
@@ -63,10 +66,13 @@ def starlette_app(*middleware: Any) -> Any:
     from starlette.responses import FileResponse, JSONResponse
     from starlette.routing import Route
 
+    import aiosendfile.starlette
+
     root = Path(os.environ[ROOT])
+    response = aiosendfile.starlette.FileResponse if ours else FileResponse
 
     async def file(request: Request) -> FileResponse:
-        return FileResponse(root / request.path_params["name"])
+        return response(root / request.path_params["name"])
 
     async def loop(request: Request) -> JSONResponse:
         cls = type(asyncio.get_running_loop())
@@ -90,11 +96,54 @@ def make_app() -> Any:
 
 
 def make_gzip_app() -> Any:
-    """starlette_app() behind Starlette's GZipMiddleware."""
+    """starlette_app() with aiosendfile.starlette's FileResponse, behind Starlette's
+    GZipMiddleware."""
     from starlette.middleware import Middleware
     from starlette.middleware.gzip import GZipMiddleware
 
-    return starlette_app(Middleware(GZipMiddleware))
+    return starlette_app(Middleware(GZipMiddleware), ours=True)
+
+
+def make_layered_app() -> Any:
+    """A FastAPI app as its users layer it: CORS (a middleware the server knows) on the
+    app; /own/{name}: Starlette's FileResponse, /ours/{name}: aiosendfile.starlette's;
+    the same two mounted at /plain behind a pass-through middleware the server does
+    not know, and at /br behind brotli-asgi, which compresses every body."""
+    from brotli_asgi import BrotliMiddleware
+    from fastapi import FastAPI
+    from starlette.middleware.cors import CORSMiddleware
+    from starlette.responses import FileResponse
+
+    import aiosendfile.starlette
+
+    from .made_up_middleware import PassThrough
+
+    root = Path(os.environ[ROOT])
+
+    def files(*middleware: Any) -> Any:
+        app = FastAPI()
+
+        @app.get("/own/{name}")
+        async def own(name: str) -> FileResponse:
+            return FileResponse(root / name)
+
+        @app.get("/ours/{name}")
+        async def ours(name: str) -> FileResponse:
+            return aiosendfile.starlette.FileResponse(root / name)
+
+        for cls in middleware:
+            app.add_middleware(cls)
+        return app
+
+    app = files(CORSMiddleware)
+    app.mount("/plain", files(PassThrough))
+    app.mount("/br", files(BrotliMiddleware))
+
+    @app.get("/loop")
+    async def loop() -> dict[str, int]:
+        return {"pid": os.getpid()}
+
+    return app
 
 
 @pytest.fixture
@@ -233,7 +282,7 @@ def test_uvicorn_command_line_bodies_leave_by_sendfile(
     with running(argv, _environment(root), log, stop_server=True) as base:
         report = json.loads(curl(base + "/loop"))
         assert report["loop"] == f"aiosendfile.loops.{loop}"
-        assert {"http.response.pathsend", "http.response.zerocopysend"} <= set(report["extensions"])
+        assert FILE_RANGES in report["extensions"]  # pathsend: offered when asked for
         assert downloaded(base + "/file/huge.bin") == GiB
         for name in ("mid.bin", "k64.bin"):
             expected = (root / name).read_bytes()
@@ -258,9 +307,10 @@ def test_uvicorn_command_line_bodies_leave_by_sendfile(
 def test_gzip_middleware_on_the_command_line(
     http: str, loop: str, tmp_path: Path, curl_path: str
 ) -> None:
-    """Starlette's GZipMiddleware, curl --compressed: a text file comes compressed with
-    Vary, as from stock uvicorn; a video, an image and an archive, which the
-    middleware leaves alone, leave by sendfile(2) whole, and nothing else does."""
+    """Starlette's GZipMiddleware before aiosendfile.starlette's FileResponse, curl
+    --compressed: a text file comes compressed with Vary, as from stock uvicorn; a
+    video, an image and an archive, which the middleware leaves alone, leave by
+    sendfile(2) whole, and nothing else does."""
     root = tmp_path / "files"
     root.mkdir()
     text = b"".join(b"%06d the same words again and again\n" % i for i in range(2500))
@@ -284,6 +334,33 @@ def test_gzip_middleware_on_the_command_line(
     moved = bytes_by_call(trace.read_text())
     assert moved.pop("sendfile", 0) == sum(left_alone.values()), moved
     assert sum(moved.values()) < 2 * compressed + 4 * 1024 + len(left_alone) * 400, moved
+    assert "Traceback" not in log.read_text(), log.read_text()
+
+
+def test_zero_copy_stays_where_the_file_message_arrives(
+    tmp_path: Path, root: Path, curl_path: str
+) -> None:
+    """Under strace, the layered app: every file body that reaches the server as it was
+    sent leaves by sendfile(2) (Starlette's own pathsend behind the known middleware,
+    aiosendfile's classes behind the unknown one too); what brotli-asgi compresses, and
+    Starlette's own class behind the unknown middleware (not offered pathsend), leave
+    by writes, compressed or whole, as on stock uvicorn."""
+    trace = tmp_path / "trace.txt"
+    argv = traced_uvicorn(trace, "make_layered_app", "HttpToolsProtocol", "UVLoop")
+    log = tmp_path / "server.log"
+    name, size = "mid.bin", SIZES["mid.bin"]
+    data = (root / name).read_bytes()
+    with running(argv, _environment(root), log, stop_server=True) as base:
+        for path in ("/own/", "/ours/", "/plain/ours/", "/plain/own/", "/br/own/", "/br/ours/"):
+            got = curl(base + path + name, "--compressed", "-H", "Accept-Encoding: br")
+            assert got == data, path
+        compressed = downloaded(f"{base}/br/ours/{name}", "-H", "Accept-Encoding: br")
+    if "ptrace" in log.read_text():
+        pytest.skip(f"strace cannot trace here: {log.read_text()}")
+    moved = bytes_by_call(trace.read_text())
+    assert moved.pop("sendfile", 0) == 3 * size, moved  # /own, /ours, /plain/ours
+    written = sum(moved.values())  # /plain/own whole; /br twice, compressed, and once more
+    assert size + 3 * compressed <= written < size + 3 * compressed + 16 * 1024, moved
     assert "Traceback" not in log.read_text(), log.read_text()
 
 
@@ -323,7 +400,7 @@ def test_gunicorn_worker(
     with running(argv, _environment(root), log, stop_server=False) as base:
         report = json.loads(curl(base + "/loop"))
         assert report["loop"] == loop
-        assert {"http.response.pathsend", "http.response.zerocopysend"} <= set(report["extensions"])
+        assert FILE_RANGES in report["extensions"]  # pathsend: offered when asked for
         for name in ("mid.bin", "k64.bin"):
             assert curl(f"{base}/file/{name}") == (root / name).read_bytes()
     text = log.read_text()
