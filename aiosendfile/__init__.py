@@ -11,7 +11,7 @@ from ._transports import PathChoice
 
 __version__ = "0.1.0"
 
-# The active core's: a switch of core (_core.use, for tests and benchmarks) sets both anew.
+# The core chosen at import (_core), for the life of the process.
 sendfile = _core.active.sendfile  # the core's one step: sendfile(2), pysendfile's signature
 CORE = _core.active.name  # "c" (the extension) or "py" (its pure-Python twin)
 

@@ -1,14 +1,16 @@
 """The core: the C extension, or its pure-Python twin, behind one typed interface.
 
 Both cores are zero-copy (this is not the buffered path, which is chosen per
-send, at run time, for TLS and non-regular files).  The engine reaches the core
-only through `active`, so a switch (`use`, for tests and benchmarks) applies to
-every later step, and `aiosendfile.sendfile` / `aiosendfile.CORE` follow it.
-
-At import, AIOSENDFILE_NO_EXTENSIONS=1 (the aio-libs convention) selects the
-twin; otherwise the C core, unless it was not built (a pure-Python install).
+send, at run time, for TLS and non-regular files).  The core is chosen here,
+once, at import: AIOSENDFILE_NO_EXTENSIONS=1 (the aio-libs convention) selects
+the twin; otherwise the C core, unless it was not built (a pure-Python install).
 A C core that is there but fails to load is a broken install: the twin takes
-over, with a warning that says why.
+over, with a warning that says why.  `aiosendfile.sendfile` and
+`aiosendfile.CORE` are that core's, for the life of the process.
+
+The engine reaches the core only through `active`.  Tests run the engine under
+each core in turn by `use()` (the tests' `core` fixture), which changes what
+the engine calls and nothing public.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
-import sys
 import warnings
 from collections.abc import Callable
 
@@ -67,18 +68,14 @@ def load(name: str) -> Core:
 
 
 def use(name: str) -> Core:
-    """Makes the core called `name` the active one for every later step; returns it."""
+    """Makes the core called `name` the one the engine calls (tests); returns it."""
     return activate(load(name))
 
 
 def activate(core: Core) -> Core:
-    """Makes `core` the active one for every later step, and the package's
-    `sendfile` and `CORE` its own; returns it."""
+    """Makes `core` the one the engine calls (tests: a recording core); returns it."""
     global active
     active = core
-    package = sys.modules.get(_PACKAGE)
-    if package is not None:  # None only before the package's import began
-        vars(package).update(sendfile=core.sendfile, CORE=core.name)
     return core
 
 

@@ -349,16 +349,16 @@ class FileArgument:
         self.owned = owned  # opened by the call from a path: the call closes it
         self.off_loop = False  # opened by a worker: closed by one (close_file_argument)
         self.fd: int | None = fileno_of(file)
-        self.fd_held = False  # fd is the call's own dup(), closed by close()
+        self.fd_owned = False  # fd is the call's own dup(), closed by close()
 
-    def hold_descriptor(self) -> None:
+    def own_descriptor(self) -> None:
         """Makes `fd` the call's own: a dup() of the application's descriptor, before
         the call first waits.  An application that closes its file meanwhile then
         frees a number the call no longer uses, so a file opened next and given
         that number is never read or written in its place."""
-        if self.fd is not None and not self.owned and not self.fd_held:
+        if self.fd is not None and not self.owned and not self.fd_owned:
             self.fd = os.dup(self.fd)
-            self.fd_held = True
+            self.fd_owned = True
 
     @property
     def file_closed(self) -> bool:
@@ -368,9 +368,9 @@ class FileArgument:
     def close(self) -> None:
         """Closes a file the call opened (once nothing of the call uses it), and the
         call's own descriptor of one it was given."""
-        if self.fd_held:
+        if self.fd_owned:
             assert self.fd is not None
-            fd, self.fd, self.fd_held = self.fd, None, False
+            fd, self.fd, self.fd_owned = self.fd, None, False
             os.close(fd)
         if self.owned:
             self.file.close()

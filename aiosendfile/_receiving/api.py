@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from .. import _core
 from .._errors import IncompleteReceiveError, transport_closing
-from .._files import close_file_argument, start_file_argument
-from .._holds import hold
 from .._progress import Progress
 from .._transports import PathChoice, zero_copy_refusal
 from .._types import Reader, ReceiveWriter, TargetFile
 from .buffered import receive_buffered
-from .reading import ReadSide, read_side
+from .reading import ReadSide
 from .receipt import Receipt
 from .target import Target
 from .zerocopy import SpliceRefused, receive_spliced
@@ -153,68 +150,18 @@ async def receive(
             `BrokenPipeError` from a pipe or socket whose reader went away).
         TypeError, ValueError: bad input, as listed above.
     """
-    side = read_side(reader, writer)
-    _check_arguments(count, offset, progress)
-    opened = start_file_argument(file, "write", Target)
-    target: Target | None = None
-    opening: asyncio.Future[Target] | None = None
-    if isinstance(opened, Target):
-        target = opened
-    else:
-        opening = opened  # a path: a worker opens it (creating, truncating)
-    start: int | None = None
-    try:
-        if target is not None:
-            target.hold_descriptor()  # before the first wait: the application may close its file
-            start = target.start(offset)  # a file given open is checked before the turn
-        async with hold(side.key):  # receives run in call order, paths included
-            try:
-                if opening is not None:
-                    target = await _opened_in_turn(side, opening)
-                    start = target.start(offset)
-                assert target is not None  # given open, or opened by now
-                receipt = Receipt(side, target, start, count, progress)
-                try:
-                    await _run(receipt)
-                except ConnectionError:
-                    if not receipt.file_failed:  # a pipe as the file can raise BrokenPipeError
-                        side.transport.abort()  # as send(): a broken stream is closed, not reused
-                    raise
-                finally:
-                    target.set_position(receipt.position)
-            finally:
-                # The file is closed (in a worker if one opened it) before reading is
-                # restored, and the turn passes on after both: no loop iteration passes
-                # between restoring reading and returning.
-                try:
-                    if target is not None:
-                        await close_file_argument(target)
-                finally:
-                    side.restore()
-    except BaseException:
-        if opening is not None:
-            opening.cancel()  # not opened yet: what the worker opens anyway, the queue closes
-        if target is not None and not target.owned:
-            target.close()  # a file given open that never got its turn (closing twice is nothing)
-        raise
+    receipt = Receipt(reader, writer, file, count, offset, progress)
+    async with receipt.hold():
+        await receipt.ready()
+        await _run(receipt)
     if count is not None and receipt.received < count:
         raise IncompleteReceiveError(receipt.received, count)
     receipt.report()
     return receipt.received
 
 
-async def _opened_in_turn(side: ReadSide, opening: asyncio.Future[Target]) -> Target:
-    """The file a worker opens for a receive holding its turn."""
-    if side.transport.is_reading():
-        # What arrives while the worker opens stays in the socket, for splice(2): a
-        # raw transport's protocol would be handed it, a StreamReader would copy it.
-        # (A transport not reading, paused by its reader's flow control or by the
-        # application, receives nothing meanwhile and is left to _run.)
-        side.pause()
-    return await opening
-
-
 async def _run(receipt: Receipt) -> None:
+    """The receive, in its turn: what the reader holds first, then the path chosen."""
     side, target = receipt.side, receipt.target
     if receipt.wanted() == 0:
         return
@@ -259,15 +206,3 @@ def _choose(side: ReadSide, target: Target) -> PathChoice:
     if refusal is not None:
         return PathChoice("buffered", refusal)
     return PathChoice("zerocopy", f"splice(2), {_core.active.name} core")
-
-
-def _check_arguments(count: object, offset: object, progress: object) -> None:
-    for name, value in (("count", count), ("offset", offset)):
-        if value is None:
-            continue
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{name} must be a non-negative integer or None (got {value!r})")
-        if value < 0:
-            raise ValueError(f"{name} must be a non-negative integer or None (got {value!r})")
-    if progress is not None and not callable(progress):
-        raise TypeError(f"progress must be callable, not {type(progress).__name__}")

@@ -31,7 +31,7 @@ class Target(FileArgument):
     positional writes, never through the object, which only has its position
     set at the end (unless the application closed it meanwhile).  The
     descriptor of a file given open is the call's own dup() of it
-    (hold_descriptor(), before the first wait), closed by close().
+    (own_descriptor(), before the first wait), closed by close().
     """
 
     def __init__(self, file: Any, owned: bool) -> None:

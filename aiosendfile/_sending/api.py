@@ -2,28 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any
 
-from .. import _core
-from .._errors import SendfileNotAvailableError, transport_closing
+from .._errors import SendfileNotAvailableError
 from .._files import (
     MAX_FILE_POSITION,
-    close_file_argument,
     open_file_argument,
-    start_file_argument,
 )
-from .._holds import send_hold
 from .._progress import Progress
-from .._transports import PathChoice, zero_copy_refusal
+from .._transports import PathChoice
 from .._types import Buffers, SourceFile, Writer
 from .buffered import send_buffered
 from .flow import Flow
 from .quick import QUICK, Sent, quick_route_open, send_quick
 from .source import Source
-from .transfer import Transfer
+from .transfer import Transfer, choose
 from .zerocopy import ZeroCopyRefused, start_zerocopy
 
 log = logging.getLogger("aiosendfile")
@@ -162,105 +156,38 @@ async def send(
             return quick  # the whole response, in one call of the core
         if isinstance(quick, Sent):
             # The socket filled midway: the general path sends the rest, in order.
-            rest = await _send(
+            rest = Transfer(
                 writer, file, offset + quick.file_bytes, quick.file_left,
                 quick.header_left, b"", fallback, None,
             )  # fmt: skip
-            return quick.file_bytes + rest
+            return quick.file_bytes + await _send(rest)
     header = _join_buffers("headers", headers)
     trailer = _join_buffers("trailers", trailers)
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be callable, not {type(progress).__name__}")
-    return await _send(writer, file, offset, count, header, trailer, fallback, progress)
+    return await _send(Transfer(writer, file, offset, count, header, trailer, fallback, progress))
 
 
-async def _send(
-    writer: Any,
-    file: Any,
-    offset: int,
-    count: int | None,
-    header: bytes,
-    trailer: bytes,
-    fallback: bool,
-    progress: Progress | None,
-) -> int:
-    """The general path, for arguments already checked (count None past any file's end).
-
-    A file given open is checked before the send takes its turn.  A path is opened
-    by a worker meanwhile, and checked once open; writes are refused and the turn
-    taken from the call on all the same, so sends still run in call order.
-    """
-    flow = Flow.of(writer)
-    transport = flow.transport
-    opened = start_file_argument(file, "read", Source)
-    source: Source | None = None
-    opening: asyncio.Future[Source] | None = None
-    if isinstance(opened, Source):
-        source = opened
-        source.hold_descriptor()  # before the first wait: the application may close its file
-    else:
-        opening = opened
-    try:
-        if source is not None:
-            choice = _prepare(flow, source, offset, fallback)
-        async with send_hold(transport, flow.stream_writer):
-            if opening is not None:
-                source = await opening
-                choice = _prepare(flow, source, offset, fallback)
-            assert source is not None  # given open, or opened by now
-            transfer = await _send_in_turn(
-                flow, source, choice, offset, count, header, trailer, fallback, progress
-            )  # fmt: skip
-    except BaseException:
-        if opening is not None:
-            opening.cancel()  # not opened yet: the queue closes what it opens
-        raise
-    finally:
-        if source is not None:
-            await close_file_argument(source)
+async def _send(transfer: Transfer) -> int:
+    """The general path, for a call built at the door (count None past any file's end)."""
+    async with transfer.hold():
+        choice = await transfer.ready()
+        if choice.path == "zerocopy":
+            try:
+                engine = start_zerocopy(transfer, transfer.flow.sock.fileno())
+                if not engine.finished:  # most small responses are done by now
+                    await engine.finish()
+            except ZeroCopyRefused as refused:
+                if not transfer.fallback:
+                    raise SendfileNotAvailableError(
+                        f"sendfile(2) refused this file: {refused}"
+                    ) from refused
+                log.debug("sendfile(2) refused (%s): buffered path", refused)
+                await send_buffered(transfer)
+        else:
+            await send_buffered(transfer)
     transfer.report_end()
     return transfer.sent
-
-
-def _prepare(flow: Flow, source: Source, offset: int, fallback: bool) -> PathChoice:
-    """The checks made before a send takes its turn; the path it will take."""
-    if flow.transport.is_closing():
-        raise transport_closing()
-    if offset and not source.seekable:
-        raise ValueError(f"offset must be 0 for a file that cannot seek (got {offset})")
-    if source.size is not None and offset > source.size:
-        _check_reachable(source, offset)
-    choice = _choose(flow, source)
-    if choice.path == "buffered" and not fallback:
-        raise SendfileNotAvailableError(f"zero-copy is not possible: {choice.reason}")
-    return choice
-
-
-async def _send_in_turn(
-    flow: Flow,
-    source: Source,
-    choice: PathChoice,
-    offset: int,
-    count: int | None,
-    header: bytes,
-    trailer: bytes,
-    fallback: bool,
-    progress: Progress | None,
-) -> Transfer:
-    """The transfer itself, once it is this send's turn on the transport."""
-    transport = flow.transport
-    if transport.is_closing():
-        raise transport_closing()
-    transfer = Transfer(flow, source, offset, count, header, trailer, progress)
-    log.debug("send %s: %s (%s)", transfer.total, choice.path, choice.reason)
-    try:
-        await _run(transfer, choice, fallback)
-    except ConnectionError:
-        transport.abort()  # send()'s docstring, "Peer gone": a broken stream is closed
-        raise
-    finally:
-        source.set_position(transfer.position)
-    return transfer
 
 
 def which_path(writer: Writer, file: SourceFile) -> PathChoice:
@@ -276,41 +203,12 @@ def which_path(writer: Writer, file: SourceFile) -> PathChoice:
     flow = Flow.of(writer)
     source = open_file_argument(file, "read", Source)
     try:
-        choice = _choose(flow, source)
+        choice = choose(flow, source)
         if choice.path == "zerocopy" and quick_route_open(flow.transport, file, source):
             return QUICK
         return choice
     finally:
         source.close()
-
-
-async def _run(transfer: Transfer, choice: PathChoice, fallback: bool) -> None:
-    if choice.path == "zerocopy":
-        try:
-            engine = start_zerocopy(transfer, transfer.flow.sock.fileno())
-            if not engine.finished:  # most small responses are done by now
-                await engine.finish()
-            return
-        except ZeroCopyRefused as refused:
-            if not fallback:
-                raise SendfileNotAvailableError(
-                    f"sendfile(2) refused this file: {refused}"
-                ) from refused
-            log.debug("sendfile(2) refused (%s): buffered path", refused)
-    await send_buffered(transfer)
-
-
-def _choose(flow: Flow, source: Source) -> PathChoice:
-    refusal = zero_copy_refusal("sendfile(2)", _core.active.have_sendfile, flow.tls, flow.sock)
-    if refusal is not None:
-        return PathChoice("buffered", refusal)
-    if not source.regular:
-        return PathChoice("buffered", "not a regular file")
-    # Any stream socket: one whose family sendfile(2) refuses falls back on EINVAL.
-    return _ZERO_COPY[_core.active.name]
-
-
-_ZERO_COPY = {core: PathChoice("zerocopy", f"sendfile(2), {core} core") for core in ("c", "py")}
 
 
 def _checked_range(offset: object, count: object) -> int | None:
@@ -332,20 +230,6 @@ def _checked_range(offset: object, count: object) -> int | None:
         raise ValueError(f"count must be a non-negative integer or None (got {count!r})")
     # More than any file holds: to the end, as asyncio takes it.
     return None if count > MAX_FILE_POSITION else count
-
-
-def _check_reachable(source: Source, offset: int) -> None:
-    """An offset past the end sends no file byte but is where the file's position ends
-    up: a filesystem that cannot seek there (ext4 past 16 TiB) is refused up front."""
-    here = source.file.tell()
-    try:
-        source.file.seek(offset)
-    except OSError as exc:
-        raise ValueError(
-            f"offset {offset} is past the largest position this file's filesystem allows"
-        ) from exc
-    finally:
-        source.file.seek(here)
 
 
 def _join_buffers(name: str, value: object) -> bytes:

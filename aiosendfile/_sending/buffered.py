@@ -111,7 +111,7 @@ class Room:
         # Our own dup of the socket (None: pace by the transport's flow control only).
         self._sock: socket.socket | None = _own_socket(flow.sock)
         self._poll: select.poll | None = None  # whether the socket hung up
-        self._corked = False  # hold() corked the socket: push() releases it
+        self._corked = False  # cork() corked the socket: push() releases it
         # Over TLS on TCP: whether the kernel took each turn's pieces (None: not asked).
         self._taken: _Taken | None = None
         self._refused = False  # the kernel refused some of a turn's: wait for the socket
@@ -121,7 +121,7 @@ class Room:
             if self.tls and self._sock.family in _linux.TCP_FAMILIES:
                 self._taken = _Taken(self._sock)
 
-    def hold(self) -> None:
+    def cork(self) -> None:
         """Corks a TCP socket for the first turn's writes (unless the application
         corked it): a TLS transport sends each write at once, and the header and a
         small file would leave in as many segments, each waking the peer.  Later
@@ -416,7 +416,7 @@ async def send_buffered(transfer: Transfer) -> None:
     room = None
     try:
         room = Room(flow, ENGINE.chunk_size)  # in the tick the transport was found open
-        room.hold()  # the header leaves with the file's first bytes
+        room.cork()  # the header leaves with the file's first bytes
         if transfer.header:
             flow.write(bytes(transfer.header))
             transfer.header = transfer.header[len(transfer.header) :]

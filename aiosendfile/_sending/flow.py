@@ -8,7 +8,8 @@ closed or aborted by another task ends a waiting send at once, instead of
 leaving it parked on a socket the send keeps alive with its own dup().
 
 A close() with bytes still queued says nothing to the protocol until they are
-flushed, so a waiting send also looks at is_closing() every CLOSE_CHECK_INTERVAL.
+flushed, so a waiting send also looks at is_closing() every CLOSE_CHECK_INTERVAL
+(the loop's one timer: _loop_state.LoopState.watch_for_close).
 Every wait ends with `check_open()`: after any await the transport may be
 gone, and its descriptor number may already belong to another connection or
 file, so nothing may touch the socket before that check.
@@ -33,13 +34,7 @@ from typing import Any
 from .. import _loop_state
 from .._errors import transport_closing
 from .._forwarding import Forwarding
-from .._loop_state import LoopState
 from .._transports import Writing, writing
-
-# close() of a transport that still holds bytes (waiting for them to flush, or a TLS
-# shutdown) tells the protocol nothing until the flush ends, which a stalled peer
-# never lets happen: a waiting send looks at is_closing() this often.
-CLOSE_CHECK_INTERVAL = 0.1
 
 
 class Flow:
@@ -116,11 +111,12 @@ class Flow:
 
             event.add_done_callback(wake)
             watcher.waiters.add(waiter)
-            shared = _watch_for_close(waiter, self.transport)
+            shared = _loop_state.current()
+            shared.watch_for_close(waiter, self.transport)
             try:
                 await waiter
             finally:
-                _stop_watching(shared, waiter)
+                shared.stop_watching(waiter)
                 event.remove_done_callback(wake)
                 watcher.waiters.discard(waiter)
         self.check_open()
@@ -160,35 +156,6 @@ class Flow:
             await self.wait_for(watcher.resumed)
         finally:
             watcher.resumed = None
-
-
-def _watch_for_close(waiter: asyncio.Future[None], transport: Any) -> LoopState:
-    """Wakes `waiter` if `transport` is found closing, looked at every
-    CLOSE_CHECK_INTERVAL by its loop's one timer while any send waits (a timer per
-    wait, re-armed each interval, cost the stock loop a heap push of Python-compared
-    handles per send and interval); `_stop_watching()` when the wait is over."""
-    shared = _loop_state.current()
-    shared.closing_waits[waiter] = transport
-    if shared.closing_timer is None:
-        loop = asyncio.get_running_loop()
-        shared.closing_timer = loop.call_later(CLOSE_CHECK_INTERVAL, _look_for_close, shared)
-    return shared
-
-
-def _stop_watching(shared: LoopState, waiter: asyncio.Future[None]) -> None:
-    """The wait is over; the last one stops the timer (nothing stays per loop)."""
-    shared.closing_waits.pop(waiter, None)
-    if not shared.closing_waits and shared.closing_timer is not None:
-        shared.closing_timer.cancel()
-        shared.closing_timer = None
-
-
-def _look_for_close(shared: LoopState) -> None:
-    for waiter, transport in list(shared.closing_waits.items()):
-        if transport.is_closing() and not waiter.done():
-            waiter.set_result(None)
-    loop = asyncio.get_running_loop()
-    shared.closing_timer = loop.call_later(CLOSE_CHECK_INTERVAL, _look_for_close, shared)
 
 
 class _PassThrough(Forwarding):

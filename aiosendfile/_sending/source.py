@@ -53,6 +53,20 @@ class Source(FileArgument):
         available = max(0, self.size - offset)
         return available if count is None else min(count, available)
 
+    def check_reachable(self, offset: int) -> None:
+        """An offset past the end sends no file byte but is where the file's position
+        ends up: a filesystem that cannot seek there (ext4 past 16 TiB) is refused up
+        front."""
+        here = self.file.tell()
+        try:
+            self.file.seek(offset)
+        except OSError as exc:
+            raise ValueError(
+                f"offset {offset} is past the largest position this file's filesystem allows"
+            ) from exc
+        finally:
+            self.file.seek(here)
+
     def set_position(self, position: int) -> None:
         if self.seekable and not self.file_closed:  # a closed file has no position to set
             self.file.seek(position)

@@ -93,7 +93,7 @@ class SendfileEngine:
         self.family: int = sock.family if self.corkable else -1
         # finish() corks the socket once for all its steps (nginx's tcp_nopush) rather
         # than each step corking and uncorking it: three system calls fewer per step.
-        self.cork_held = False
+        self.corked = False
 
     async def finish(self) -> None:
         """Sends the rest, waiting on the loop for the socket, the disk, or bytes the
@@ -109,14 +109,14 @@ class SendfileEngine:
             flow.watch()  # so a close or a reset ends every wait below at once
             while not self.finished:
                 if self.waiting_for_disk:
-                    self.release_cork()  # what a step left held goes now, not after the disk
+                    self.uncork()  # what a step left held goes now, not after the disk
                     await self.wait_for_disk()
                 if transfer.transport.get_write_buffer_size():
                     self.refuse_foreign_write()
-                    self.release_cork()
+                    self.uncork()
                     await flow.until_empty()  # what was queued before the send goes first
-                if not self.cork_held and self.end - transfer.position >= ENGINE.cork_min:
-                    self.hold_cork()
+                if not self.corked and self.end - transfer.position >= ENGINE.cork_min:
+                    self.cork()
                 try:
                     self.step()
                 except BlockingIOError:
@@ -169,7 +169,7 @@ class SendfileEngine:
             return
         self.shared.stepped()
         trailer = t.trailer if position + nbytes == end else b""
-        cork = not self.cork_held and self.corkable and nbytes >= ENGINE.cork_min
+        cork = not self.corked and self.corkable and nbytes >= ENGINE.cork_min
         try:
             written = _core.active.sendfile(
                 self.out_fd, self.in_fd, position, nbytes, t.header, trailer, 0, cork
@@ -284,22 +284,22 @@ class SendfileEngine:
                 f"the transport was aborted"
             )
 
-    def hold_cork(self) -> None:
+    def cork(self) -> None:
         """Corks our dup's socket for the steps to come, unless the application corked
-        it (its cork is left alone); `release_cork()` undoes it."""
+        it (its cork is left alone); `uncork()` undoes it."""
         if not self.corkable or not self.owns_out_fd:
             return
         sock = socket.socket(self.family, socket.SOCK_STREAM, 0, self.out_fd)
         try:
-            self.cork_held = _linux.cork(sock)
+            self.corked = _linux.cork(sock)
         finally:
             sock.detach()
 
-    def release_cork(self) -> None:
+    def uncork(self) -> None:
         """Releasing the cork sends what it held, the last partial segment included."""
-        if not self.cork_held:
+        if not self.corked:
             return
-        self.cork_held = False
+        self.corked = False
         sock = socket.socket(self.family, socket.SOCK_STREAM, 0, self.out_fd)
         try:
             _linux.uncork(sock)
@@ -312,7 +312,7 @@ class SendfileEngine:
         protocol out."""
         if self.disk_read is not None:
             self.disk_read.cancel()
-        self.release_cork()
+        self.uncork()
         if self.owns_out_fd:
             self.owns_out_fd = False
             os.close(self.out_fd)

@@ -42,7 +42,7 @@ async def main(kind: str, size: int, path: str) -> None:
     writer.close()
     await writer.wait_closed()
     await asyncio.to_thread(thread.join)
-    print(f"sock={sock_fd} file={file_fd} received={received} core={aiosendfile.CORE}")
+    print(f"sock={sock_fd} file={file_fd} received={received} core={_core.active.name}")
 
 
 if __name__ == "__main__":

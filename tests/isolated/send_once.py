@@ -49,7 +49,7 @@ async def main(kind: str, path: str) -> None:
     writer.close()
     await writer.wait_closed()
     await asyncio.to_thread(thread.join)
-    print(f"fd={fd} sent={sent} received={received[0]} core={aiosendfile.CORE}")
+    print(f"fd={fd} sent={sent} received={received[0]} core={_core.active.name}")
 
 
 if __name__ == "__main__":

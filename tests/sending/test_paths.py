@@ -307,11 +307,13 @@ def test_c_core_failing_to_load(missing: bool, warned: bool) -> None:
         assert warnings == []
 
 
-def test_public_names_follow_a_core_switch(core: Core) -> None:
-    """aiosendfile.sendfile and aiosendfile.CORE are the active core's, read at each access."""
-    assert aiosendfile.CORE == core.name
-    assert aiosendfile.sendfile is core.sendfile
+def test_public_names_are_the_import_time_core(core: Core) -> None:
+    """The `core` fixture makes the engine call `core`; aiosendfile.sendfile and
+    aiosendfile.CORE stay the core chosen at import, whatever the tests select."""
     assert aiosendfile._core.active is core
+    chosen = aiosendfile._core._at_import()
+    assert aiosendfile.CORE == chosen.name
+    assert aiosendfile.sendfile is chosen.sendfile
 
 
 @pytest.mark.parametrize("kind", ["tcp", "unix"])
