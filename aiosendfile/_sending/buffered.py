@@ -61,10 +61,10 @@ from .transfer import Transfer
 
 # The most one write() hands a TLS transport (two TLS records): its memory BIO grows
 # to the largest encrypted write and never shrinks, so every TLS connection keeps
-# this much.  Each write costs the transport about as much as encrypting 16 KiB, so
-# fewer, larger writes are faster: 32 KiB is the largest that keeps a stalled TLS
-# download within 64 KiB of an idle connection (docs/reliability.md: 42-54 KiB
-# here, 55-77 KiB with 48 KiB writes; 16 KiB writes cost ~0.3 s more CPU per GiB).
+# this much.  Each write has a fixed cost in the transport, so fewer, larger writes
+# are faster: this is the largest that keeps a stalled TLS download within 64 KiB of
+# an idle connection (docs/reliability.md, "Load, memory per connection and leaks",
+# has the figures of each size).
 TLS_WRITE_SIZE = 32 * 1024
 # Below this much room a chunk is not worth a read and a write: wait for the socket.
 MIN_CHUNK = 16 * 1024
@@ -81,8 +81,8 @@ _PEER_CHECK_EVERY = 4
 # every piece whether the kernel took it (what waits unseen under the TLS transport
 # stays within a piece).  With more room, a turn moves the loop's share and the
 # counters are asked after the pieces in the room's last CHECKED_TAIL bytes, and once
-# at the end of the turn: asked after every piece of a fast download, they cost a
-# sixth more CPU per byte.
+# at the end of the turn: asked after every piece of a fast download, they cost more
+# CPU per byte than they save (docs/benchmarks.md, "Buffered turns").
 NEAR_FULL = 1024 * 1024
 CHECKED_TAIL = 256 * 1024
 _NOTHING = memoryview(b"")
@@ -99,10 +99,10 @@ class Room:
         self.tls = flow.tls
         # A turn (between two visits of the loop) moves what the socket takes, at most
         # the loop's share, as the zero-copy steps do: the turn's system calls and its
-        # pass of the loop cost as much as encrypting ~50 KiB, so a turn of one chunk
-        # cost a fifth more CPU per byte than 4 MiB turns over TLS.  It reads chunks
-        # of up to chunk_size into the one buffer and hands them over in writes of
-        # write_size (TLS: its BIO stays that small).
+        # pass of the loop are a fixed cost, which small turns pay per chunk
+        # (docs/benchmarks.md, "Buffered turns").  It reads chunks of up to chunk_size
+        # into the one buffer and hands them over in writes of write_size (TLS: its BIO
+        # stays that small).
         self.write_size = min(chunk_size, TLS_WRITE_SIZE) if self.tls else chunk_size
         self.read_size = chunk_size
         self.min_chunk = min(chunk_size, MIN_CHUNK)
@@ -126,8 +126,8 @@ class Room:
         corked it): a TLS transport sends each write at once, and the header and a
         small file would leave in as many segments, each waking the peer.  Later
         turns are not corked: their writes are large, and a cork held over them
-        delayed every write's last segment to the next one (a quarter more CPU per
-        byte over TLS)."""
+        delays every write's last segment to the next one, which costs the peer a
+        wake-up and the sender CPU (docs/benchmarks.md, "Buffered turns")."""
         if self._sock is None or self._corked or self._sock.family not in _linux.TCP_FAMILIES:
             return
         self._corked = _linux.cork(self._sock)
