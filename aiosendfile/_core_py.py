@@ -120,9 +120,9 @@ def sendfile_cached(
 ) -> tuple[int, int] | None:
     """A whole small response from the page cache in one call, or None having sent nothing.
 
-    The twin of aiosendfile._core_c.sendfile_cached: a regular file of known size, an
-    offset not past its end, at most max_bytes owed from offset, every one of them
-    cached, then one step.
+    The twin of aiosendfile._core_c.sendfile_cached: `count` bytes (above 0: no
+    fstat), or the rest of a regular file of known size from an offset not past its
+    end; at most max_bytes, every one of them cached; then one step.
     """
     # Checked in the C core's order (csrc/module.c), so the same argument fails first.
     out, in_ = _c_int(out), _c_int(in_)
@@ -134,17 +134,18 @@ def sendfile_cached(
         raise TypeError("offset must be an int")
     if max_bytes < 0:
         raise ValueError("max_bytes must be >= 0")
-    try:
-        st = os.fstat(in_)
-    except OSError:
-        return None  # as the C core: the general path reports what is wrong with in_
-    if not stat.S_ISREG(st.st_mode) or st.st_size <= 0:
-        return None  # size 0 is what procfs and sysfs report for files with content
-    if offset > st.st_size:
-        return None  # past the end: the general path checks the file can take that position
-    nbytes = st.st_size - offset
-    if count is not None:
-        nbytes = min(nbytes, count)
+    if count:
+        nbytes = count  # the caller's size: no fstat (the C core's csrc/cached_linux.c)
+    else:
+        try:
+            st = os.fstat(in_)
+        except OSError:
+            return None  # as the C core: the general path reports what is wrong with in_
+        if not stat.S_ISREG(st.st_mode) or st.st_size <= 0:
+            return None  # size 0 is what procfs and sysfs report for files with content
+        if offset > st.st_size:
+            return None  # past the end: the general path checks the file can take it
+        nbytes = st.st_size - offset if count is None else 0
     if nbytes > max_bytes:
         return None
     try:

@@ -15,10 +15,12 @@ typedef struct {
 } asf_cached_request;
 
 /*
- * Checks, then sends: in_fd must be a regular file that reports a size, the
- * offset must not be past its end, and the range it owes from the offset
- * (count clamped to the end of file) must
- * hold at most max_bytes, every one of them in the page cache.  Then the step
+ * Checks, then sends: with a count above 0, the range [offset, offset + count)
+ * must hold at most max_bytes, every one of them in the page cache (a shorter
+ * file then comes back short from sendfile(2)); without one (count -1) or with
+ * count 0, in_fd must be a regular file that reports a size, the offset must not be
+ * past its end, and the range it owes from the offset (count clamped to the end of
+ * file) must hold at most max_bytes, every one of them in the page cache.  Then the step
  * is asf_sendfile() of header + that range, and `taken` is set.  Otherwise
  * nothing is written, `taken` stays 0, and the result is 0.
  *

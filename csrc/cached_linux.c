@@ -1,4 +1,5 @@
-/* The quick path's step: fstat(2), cachestat(2) and the zero-copy step in one call.
+/* The quick path's step: fstat(2) (unless the caller gave the count), cachestat(2)
+ * and the zero-copy step in one call.
  *
  * A small response costs send() more in Python than in the kernel; doing the
  * checks here saves the Python objects and calls they would take there. */
@@ -27,7 +28,13 @@ static long long bytes_owed(int fd, off_t offset, long long count)
 
 ssize_t asf_sendfile_cached(asf_cached_request *req, const char **call)
 {
-    long long owed = bytes_owed(req->send.in_fd, *req->send.offset, req->count);
+    /* A count the caller gives (the size it already knows, as an HTTP server's
+     * Content-Length) needs no fstat(2): only a page-cache file's pages can be
+     * resident, and a file shorter than the count leaves pages past its end that
+     * are not, unless they share its last page: then sendfile(2) comes back short,
+     * as for a file that shrank. */
+    long long owed = req->count > 0 ? req->count
+                                    : bytes_owed(req->send.in_fd, *req->send.offset, req->count);
     const char *unknown;  /* residency that cannot be told is a no, not an error */
 
     req->taken = 0;

@@ -303,9 +303,10 @@ PyDoc_STRVAR(sendfile_cached_doc,
 "sendfile_cached(out, in_, offset, count, header=b\"\", max_bytes=131072)\n\
     -> (nbytes, written) or None\n\
 \n\
-A whole small response in one call, for send()'s quick path. in_ must be a\n\
-regular file that reports its size (fstat), offset not past its end, and\n\
-the nbytes it owes from offset (count, or None for the rest of the file, clamped to the end of file)\n\
+A whole small response in one call, for send()'s quick path. With a count\n\
+above 0, the nbytes are count (no fstat: a file shorter than count comes back\n\
+short); otherwise in_ must be a regular file that reports its size (fstat),\n\
+offset not past its end, and nbytes the rest of the file (count 0: none). nbytes\n\
 must be at most max_bytes, every one of them in the page cache (cachestat).\n\
 Then it is one sendfile() step of header + those nbytes, and the result is\n\
 nbytes and the step's count; otherwise None, having written nothing. OSError\n\

@@ -5,8 +5,9 @@ and for them send()'s general path (every kind of file and writer, the engine,
 the residency window) costs more CPU than the kernel's work (docs/usage.md,
 "Which path is taken", has the figures).  send() checks its arguments once; this
 route then recognises the common case by exact types alone and hands the whole
-response to one core call, which checks the file (fstat), its residency
-(cachestat) and sends header + file (sendto MSG_MORE, sendfile).
+response to one core call, which checks the file (fstat, unless the caller gave
+the count), its residency (cachestat) and sends header + file (sendto MSG_MORE,
+sendfile).
 
 Everything else goes to the general path with nothing sent: other kinds of
 writer, file or header; a TLS transport (the same test as the general path's);

@@ -56,8 +56,18 @@ def receive(peer: socket.socket, size: int) -> bytes:
 
 
 @pytest.mark.parametrize(
-    ("offset", "count", "owed"),
-    [(0, None, SMALL), (10, 100, 100), (10, None, SMALL - 10), (SMALL - 2, 50, 2), (SMALL, 5, 0)],
+    ("offset", "count", "owed", "sent"),
+    [
+        (0, None, SMALL, SMALL),
+        (10, 100, 100, 100),
+        (10, None, SMALL - 10, SMALL - 10),
+        (5, 0, 0, 0),
+        # A count the caller gives is taken as it is (no fstat): past the end of the
+        # file but within its last page, the pages are resident and the step comes
+        # back short, as for a file that shrank (send() then sends what is left: none).
+        (SMALL - 2, 50, 50, 2),
+        (SMALL, 5, 5, 0),
+    ],
 )
 def test_sendfile_cached_sends_what_the_file_owes(
     core: Core,
@@ -66,14 +76,41 @@ def test_sendfile_cached_sends_what_the_file_owes(
     offset: int,
     count: int | None,
     owed: int,
+    sent: int,
 ) -> None:
     path = make_file(SMALL)
     data = path.read_bytes()  # and cached
     out, peer = sockets
     with path.open("rb") as f:
         result = core.sendfile_cached(out.fileno(), f.fileno(), offset, count, b"HEAD")
-    assert result == (owed, 4 + owed)
-    assert receive(peer, 4 + owed) == b"HEAD" + data[offset : offset + owed]
+    assert result == (owed, 4 + sent)
+    assert receive(peer, 4 + sent) == b"HEAD" + data[offset : offset + sent]
+
+
+@pytest.mark.parametrize(("offset", "count"), [(SMALL - 2, 50), (SMALL, 5), (10, 10 * SMALL)])
+async def test_send_past_the_end_by_count_returns_what_the_file_holds(
+    core: Core,
+    make_file: Callable[..., Path],
+    sockets: tuple[socket.socket, socket.socket],
+    offset: int,
+    count: int,
+) -> None:
+    """send() with a count past the end of a small cached file: the quick route takes
+    the count without fstat(2), the step comes back short or is declined, and send()
+    returns, and leaves the position at, what the file held (asyncio's semantics)."""
+    path = make_file(SMALL)
+    data = path.read_bytes()
+    out, peer = sockets
+    out.setblocking(False)
+    _, writer = await asyncio.open_connection(sock=out)
+    try:
+        with path.open("rb") as f:
+            sent = await aiosendfile.send(writer, f, offset, count, headers=b"H")
+            assert sent == SMALL - offset == f.tell() - offset
+        assert receive(peer, 1 + sent) == b"H" + data[offset:]
+    finally:
+        writer.close()
+        await writer.wait_closed()
 
 
 def test_sendfile_cached_declines_having_sent_nothing(
