@@ -529,13 +529,33 @@ class Session:
             raise FTPError(425, "Cannot open the data connection.") from exc
         if tls is not None and self.config.tls_session_reuse:
             if not writer.get_extra_info("ssl_object").session_reused:
-                writer.transport.abort()
                 # That client now holds a TLS session of this session's context: its next
                 # data connection could not be told from ours.  The session ends here.
                 self.closing = True
-                raise FTPError(522, "A data connection must resume the control connection's "
-                               "TLS session; closing the session.")  # fmt: skip
+                await self.refuse_data(reader, writer, upload)
+                raise FTPError(522, "The data connection did not resume the control "
+                               "connection's TLS session (Python's ftplib never does); "
+                               "the server's --no-tls-session-reuse allows that. "
+                               "Closing the session.")  # fmt: skip
         return reader, writer
+
+    async def refuse_data(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          upload: bool) -> None:  # fmt: skip
+        """Ends a data connection that carried nothing with TLS's close_notify, not a
+        reset: ftplib.FTP_TLS raises a reset as an SSLError (SHUTDOWN_WHILE_IN_INIT)
+        before it reads the reply that says why.  An upload's bytes are read and dropped
+        until the client ends it (within the idle timeout) first: OpenSSL fails on data
+        that comes after our close_notify (APPLICATION_DATA_AFTER_CLOSE_NOTIFY)."""
+        try:
+            if upload:
+                with contextlib.suppress(OSError):  # TimeoutError and ssl.SSLError are ones
+                    async with asyncio.timeout(self.config.idle_timeout):
+                        while await reader.read(65536):
+                            pass  # dropped: none of it reaches a file
+            await close_data(writer, self.config.idle_timeout)
+        except BaseException:
+            writer.transport.abort()
+            raise
 
     def start_transfer(self, transfer: Transfer) -> None:
         """Replies 150 and runs the transfer as a task; the control connection stays read,
