@@ -4,7 +4,7 @@
         [--user NAME:PASSWORD[:rw]]... [--anonymous] [--write]
         [--tls-cert C --tls-key K [--tls-required] [--no-tls-session-reuse]] [--active]
         [--max-conns-per-ip N] [--idle-timeout S] [--passive-ports 50000-50100]
-        [--loop uvloop|asyncio]
+        [--loop asyncio|uvloop]
 
     curl -u alice:secret -o big.bin ftp://127.0.0.1:2121/big.bin
     curl -u alice:secret -T big.bin ftp://127.0.0.1:2121/uploads/

@@ -38,6 +38,7 @@ from .subprocesses import env_importing_this_package
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "ftp_server.py"
 CLIENT = EXAMPLE.with_name("ftp_client.py")
+DOCS = EXAMPLE.parent.parent / "docs" / "integrations" / "ftp.md"
 
 
 def need_example() -> None:
@@ -76,7 +77,7 @@ class Server:
         if not ready:
             self.stop()
             pytest.fail(f"the server did not start within {START_TIMEOUT} s")
-        first = self.proc.stdout.readline()
+        first = self.first = self.proc.stdout.readline().rstrip("\n")
         match = re.match(r"FTP server on 127\.0\.0\.1:(\d+) ", first)
         if match is None:
             self.stop()
@@ -914,8 +915,7 @@ def certificate_recipe(tool: str) -> list[list[str]]:
     """The commands docs/integrations/ftp.md's "Certificates for FTPS" gives for `tool` ("trustme",
     "openssl"): the code block whose first command makes the files, each command split
     as a shell would (continuation lines joined)."""
-    docs = EXAMPLE.parent.parent / "docs" / "integrations" / "ftp.md"
-    section = docs.read_text().split("## Certificates for FTPS", 1)[1].split("\n## ", 1)[0]
+    section = DOCS.read_text().split("## Certificates for FTPS", 1)[1].split("\n## ", 1)[0]
     for block in re.findall(r"```sh\n(.*?)```", section, re.S):
         commands = [shlex.split(line) for line in block.replace("\\\n", " ").splitlines()]
         if tool in commands[0][:3]:
@@ -1197,6 +1197,26 @@ def test_connections_reset_at_once_leave_no_traceback(server: Server) -> None:
     with ftp(server) as client:
         assert client.voidcmd("NOOP").startswith("200")
     assert not [line for line in server.log() if "Traceback" in line], server.log()[-30:]
+
+
+def test_the_documented_start_line(tmp_path: Path) -> None:
+    """The first line docs/integrations/ftp.md says the server prints for a command, as
+    it prints it for that command (on port 0 here, and with the core it has)."""
+    found = re.search(
+        r"`python examples/ftp_server\.py --root (\S+)` prints\s+`(FTP server on [^`]+)`",
+        DOCS.read_text(),
+    )
+    assert found, "docs/integrations/ftp.md shows no command and the first line it prints"
+    root, documented = found.groups()
+    with running(["--root", str(tmp_path)]) as server:
+        core = re.search(r", core (c|py), ", server.first)
+        assert core, server.first
+        expected = (
+            documented.replace(":2121 ", f":{server.port} ")
+            .replace(f"(root {root},", f"(root {tmp_path},")
+            .replace(", core c,", f", core {core[1]},")
+        )
+        assert server.first == expected
 
 
 def test_port_in_use_is_one_line(tree: Path, loop_name: str) -> None:

@@ -56,7 +56,7 @@ def parse_arguments(argv: Sequence[str]) -> tuple[Config, str]:
     add("--max-conns-per-ip", type=int, default=10, metavar="N", help="default 10")
     add("--idle-timeout", type=float, default=300.0, metavar="S", help="default 300 s")
     add("--passive-ports", metavar="LOW-HIGH", help="passive port range (default: any)")
-    add("--loop", choices=("uvloop", "asyncio"), default="asyncio", help="default asyncio")
+    add("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="default asyncio")
     args = parser.parse_args(argv)
     if not os.path.isdir(args.root):
         parser.error(f"not a directory: {args.root}")
