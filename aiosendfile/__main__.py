@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
 
@@ -28,14 +29,19 @@ NO_BENCH = (
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in ("bench", "lag"):
-        try:  # a distribution of its own (examples/bench/), the bench extra's
-            from aiosendfile_bench.cli import main as bench
+        # A distribution of its own (examples/bench/), the bench extra's: imported by
+        # name, so that type-checking aiosendfile never needs it installed.
+        try:
+            bench = importlib.import_module("aiosendfile_bench.cli")
         except ModuleNotFoundError as exc:
             if exc.name != "aiosendfile_bench":
                 raise
             print(NO_BENCH, file=sys.stderr)
             return 2
-        return bench(args[1:], prog=f"python -m aiosendfile {args[0]}", lag=args[0] == "lag")
+        status: int = bench.main(
+            args[1:], prog=f"python -m aiosendfile {args[0]}", lag=args[0] == "lag"
+        )
+        return status
     if args and args[0] == "serve":
         from .serve import main as serve
 
