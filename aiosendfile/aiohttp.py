@@ -10,10 +10,10 @@
 Statuses and headers are aiohttp's own (this class is aiohttp's FileResponse with one
 hook replaced), but for If-Range: the range is served only of the file the client
 holds (RFC 9110; aiohttp serves it for any entity tag); for several ranges, which get
-a 206 multipart/byteranges (or 200, or 416) as nginx answers them, where aiohttp
-answers 416; and for a .br or .gz sibling, taken only for an Accept-Encoding that
-accepts its coding (a q-value above 0; aiohttp takes it for any coding named).  The
-body differs:
+a 206 multipart/byteranges (or 200, or 416) as nginx answers them with max_ranges 100,
+where aiohttp answers 416; and for a .br or .gz sibling, taken only for an
+Accept-Encoding that accepts its coding (a q-value above 0; aiohttp takes it for any
+coding named).  The body differs:
 `aiosendfile.send()` sends it, zero-copy on plain sockets on the stock loop and on
 uvloop, buffered on TLS, with the response header in the same segment as the file's
 first bytes. A file that shrinks while it is
@@ -256,11 +256,11 @@ class FileResponse(FileResponseHooks):
         meanwhile, or was replaced by an older one, would splice two files together.
 
         Several ranges (aiohttp answers them 416) are decided here as nginx decides
-        them (`_ranges_asked()`), where send() sends the body: aiohttp gets the one
-        range left, or no Range (the whole file), or a range it finds unsatisfiable
-        (its 416); for two ranges or more it gets a GET without Range, and sets
-        every header as for the whole file, which `_send_body()` then turns into
-        the 206 multipart/byteranges response (`_Multipart`).
+        them with max_ranges 100 (`_ranges_asked()`), where send() sends the body:
+        aiohttp gets the one range left, or no Range (the whole file), or a range it
+        finds unsatisfiable (its 416); for two ranges or more it gets a GET without
+        Range, and sets every header as for the whole file, which `_send_body()` then
+        turns into the 206 multipart/byteranges response (`_Multipart`).
         """
         several = "," in request.headers.get(hdrs.RANGE, "") and self._sends_body(file_encoding)
         if hdrs.IF_RANGE not in request.headers and not several:
