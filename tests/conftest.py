@@ -22,7 +22,7 @@ import ssl
 import struct
 import termios
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -200,16 +200,34 @@ def pattern(size: int, seed: int = 0) -> bytes:
 
 _TMP_NAMES = itertools.count()
 
+# pytest keeps the tmp_path of a test skipped from its body, as a failed test's (it
+# removes only a passed test's, pyproject.toml), in each of the three runs it keeps;
+# nothing a skipped test wrote is worth keeping.
+_SKIPPED_IN_BODY = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item,
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.when == "call" and report.skipped and not hasattr(report, "wasxfail"):
+        item.stash[_SKIPPED_IN_BODY] = True
+    return report
+
 
 @pytest.fixture
-def tmp_path(tmp_path: Path) -> Path:
+def tmp_path(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
     """pytest's, one level down under a name no other test of the run had.  A passed
     test's directory is removed at its teardown (pyproject.toml), and pytest then hands
     the next test of a similar name the same path, whose directory the library's
-    per-directory verdicts (aiosendfile._files) would already know."""
+    per-directory verdicts (aiosendfile._files) would already know.  A skipped test's
+    is removed too (a failed test's is kept)."""
     path = tmp_path / f"t{next(_TMP_NAMES)}"
     path.mkdir()
-    return path
+    yield path
+    if request.node.stash.get(_SKIPPED_IN_BODY, False):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

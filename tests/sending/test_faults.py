@@ -119,10 +119,10 @@ async def test_send_write_during_send_raises(
     """A write made while a send runs, or while a second one waits its turn, raises
     asyncio's own RuntimeError and never lands among the files' bytes (it did, at byte
     4,160,512 of 8 MiB, on both loops); writes after the sends go after them."""
+    conn: Connection = await stalled_connection(transport_kind, writer_kind, sndbuf=64 * 1024)
+    _guard_reaches(conn, writer_kind)  # before the files: a skipped test writes nothing
     path, second = make_file(8 * MiB), make_file(SECOND_SIZE, seed=2)
     data = path.read_bytes()
-    conn: Connection = await stalled_connection(transport_kind, writer_kind, sndbuf=64 * 1024)
-    _guard_reaches(conn, writer_kind)
     with path.open("rb") as f:
         sending = asyncio.ensure_future(aiosendfile.send(conn.writer, f, headers=b"HEAD"))
         queued = asyncio.ensure_future(aiosendfile.send(conn.writer, second))
@@ -160,12 +160,12 @@ async def test_send_write_around_the_guard_cuts_the_stream(
     bytes (uvloop writes what the socket takes at once, and may flush its own buffer
     before the send's next step sees it), then EOF.  The foreign write is larger than
     any room a full socket has left, so part of it is queued whatever the room."""
-    path = make_file(8 * MiB)
-    response = b"HEAD" + path.read_bytes()
-    foreign = b"MARKER" * 50_000
     conn: Connection = await stalled_connection(plain_transport, "transport", sndbuf=64 * 1024)
     if hasattr(conn.transport, "__dict__"):
         pytest.skip("the guard shadows this transport's write(): the write itself raises")
+    path = make_file(8 * MiB)
+    response = b"HEAD" + path.read_bytes()
+    foreign = b"MARKER" * 50_000
     with path.open("rb") as f:
         sending = await stalled_send(conn, f, headers=b"HEAD")
         conn.transport.write(foreign)
@@ -203,10 +203,10 @@ async def test_send_write_allowed_again_after_cancel(
     writer_kind: str,
 ) -> None:
     """The guard goes with the send, whichever way it ends."""
-    path = make_file(8 * MiB)
-    data = path.read_bytes()
     conn: Connection = await stalled_connection(transport_kind, writer_kind, sndbuf=64 * 1024)
     _guard_reaches(conn, writer_kind)
+    path = make_file(8 * MiB)
+    data = path.read_bytes()
     with path.open("rb") as f:
         sending = await stalled_send(conn, f)
         sending.cancel()
