@@ -79,7 +79,8 @@ def _aiohttp_workers() -> tuple[type[Any], ...]:
 
 def _uvicorn_workers() -> tuple[type[Any], ...]:
     """uvicorn-worker's two workers, with aiosendfile's protocols and loops."""
-    import uvicorn_worker  # type: ignore[import-untyped]  # no type information
+    # No type information; not installed where only aiohttp's workers are used.
+    import uvicorn_worker  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
     def installed(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
