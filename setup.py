@@ -24,9 +24,11 @@ extensions = [
             "csrc/residency_linux.c",
             "csrc/splice_linux.c",
             "csrc/open_linux.c",
+            "csrc/pump_linux.c",
         ],
         depends=[
             "csrc/asf_cached.h",
+            "csrc/asf_pump.h",
             "csrc/asf_config.h",
             "csrc/asf_errors.h",
             "csrc/asf_open.h",

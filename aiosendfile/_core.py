@@ -20,6 +20,7 @@ import importlib
 import os
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 from . import _core_py
 
@@ -36,6 +37,8 @@ ResidentCheck = Callable[[int, int, int], int]
 SpliceStep = Callable[[int, int, int, int, int | None, int], int]
 # open_cached(path, flags) -> fd, only if resolving path waits for nothing (openat2 RESOLVE_CACHED)
 CachedOpen = Callable[["str | bytes | os.PathLike[str] | os.PathLike[bytes]", int], int]
+# Pump(budget, min_share, window): one loop's zero-copy transfers (_sending/pump.py)
+PumpFactory = Callable[[int, int, int], Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +51,7 @@ class Core:
     resident: ResidentCheck
     splice_to_file: SpliceStep
     open_cached: CachedOpen
+    Pump: PumpFactory
     have_sendfile: bool  # a zero-copy send step exists on this platform
     have_splice: bool  # socket -> pipe -> file splice(2) exists
 
@@ -59,11 +63,11 @@ def load(name: str) -> Core:
         # "from . import": a missing module must be a ModuleNotFoundError naming it.
         c = importlib.import_module(_C_CORE)
         return Core("c", c.sendfile, c.sendfile_cached, c.resident, c.splice_to_file,
-                    c.open_cached, True, True)  # fmt: skip
+                    c.open_cached, c.Pump, True, True)  # fmt: skip
     if name == "py":
         py = _core_py
         return Core("py", py.sendfile, py.sendfile_cached, py.resident, py.splice_to_file,
-                    py.open_cached, py.HAVE_SENDFILE, py.HAVE_SPLICE)  # fmt: skip
+                    py.open_cached, py.Pump, py.HAVE_SENDFILE, py.HAVE_SPLICE)  # fmt: skip
     raise ValueError(f"unknown core {name!r}: expected 'c' or 'py'")
 
 

@@ -348,6 +348,188 @@ class _SigpipeGuard:
         signal.pthread_sigmask(signal.SIG_SETMASK, self._saved)
 
 
+# What a transfer in a Pump is doing (csrc/asf_pump.h's ASF_PUMP_*).
+PUMP_SENDING, PUMP_DONE, PUMP_SHORT, PUMP_COLD, PUMP_FAILED, PUMP_QUEUED = range(6)
+_PUMP_READY_MAX = 256
+
+
+class _Pumped:
+    """One transfer in a Pump (csrc/asf_pump.h's asf_pump_transfer)."""
+
+    __slots__ = (
+        "cached_until", "call", "check_cache", "end", "err", "header", "in_", "moved",
+        "out", "position", "queued", "read_from", "report", "state", "trailer",
+    )  # fmt: skip
+
+    def __init__(
+        self, out: int, in_: int, position: int, end: int, cached_until: int,
+        check_cache: bool, header: bytes, trailer: bytes, report: bool,
+        queued: Callable[[], int] | None,
+    ) -> None:  # fmt: skip
+        self.queued = queued
+        self.out, self.in_, self.position, self.end = out, in_, position, end
+        self.cached_until, self.check_cache, self.report = cached_until, check_cache, report
+        self.header, self.trailer = memoryview(header), memoryview(trailer)
+        self.state, self.err, self.call, self.read_from, self.moved = PUMP_SENDING, 0, "", -1, 0
+
+    def report_tuple(self, slot: int) -> tuple[Any, ...]:
+        moved, self.moved = self.moved, 0
+        return (
+            slot, self.state, self.position, moved, len(self.header), len(self.trailer),
+            self.cached_until, self.read_from, self.err, self.call,
+        )  # fmt: skip
+
+    def step(self, share: int, window: int) -> bool:
+        """csrc/pump_linux.c's asf_pump_step: one step; whether the caller must look."""
+        news = False
+        nbytes = min(self.end - self.position, share)
+        if nbytes > 0 and self.check_cache:
+            if self.position >= self.cached_until:
+                ask = min(self.end - self.position, window)
+                try:
+                    cached = resident(self.in_, self.position, ask)
+                except OSError:
+                    cached = 0  # the kernel cannot tell: the caller reads the window in
+                self.cached_until = self.position + cached
+                if cached < ask and self.read_from != self.cached_until:
+                    self.read_from = self.cached_until
+                    news = True
+            if self.cached_until <= self.position:
+                self.state = PUMP_COLD
+                return True
+            nbytes = min(nbytes, self.cached_until - self.position)
+        last = self.position + nbytes == self.end
+        trailer = self.trailer if last else b""
+        try:
+            n = sendfile(self.out, self.in_, self.position, nbytes, self.header, trailer)
+        except (BlockingIOError, InterruptedError):
+            return news
+        except OSError as exc:
+            self.state, self.err = PUMP_FAILED, exc.errno or 0
+            self.call = (exc.strerror or "").split(":", 1)[0]  # _os_error's "call: text"
+            return True
+        if n == 0:
+            self.state = PUMP_SHORT if nbytes else PUMP_DONE
+            return True
+        from_header = min(n, len(self.header))
+        self.header = self.header[from_header:]
+        from_file = min(n - from_header, nbytes)
+        if last:
+            self.trailer = self.trailer[n - from_header - from_file :]
+        self.position += from_file
+        self.moved += from_file
+        if self.position == self.end and not self.header and not self.trailer:
+            self.state = PUMP_DONE
+            return True
+        return news
+
+
+class Pump:
+    """The twin of aiosendfile._core_c.Pump: one loop's zero-copy transfers, an epoll
+    instance watching their sockets for room, and run() stepping each that has some."""
+
+    def __init__(self, budget: int, min_share: int, window: int) -> None:
+        if budget <= 0 or min_share <= 0 or window <= 0:
+            raise ValueError("budget, min_share and window must be > 0")
+        self._epoll: select.epoll | None = select.epoll(_PUMP_READY_MAX)
+        self._budget, self._min_share, self._window = budget, min_share, window
+        self._slots: dict[int, _Pumped] = {}
+
+    def fileno(self) -> int:
+        return self._open().fileno()
+
+    def _open(self) -> select.epoll:
+        if self._epoll is None:
+            raise ValueError("the pump is closed")
+        return self._epoll
+
+    def add(
+        self, out: int, in_: int, position: int, end: int, cached_until: int,
+        check_cache: bool, header: bytes, trailer: bytes, report: bool,
+        queued: Callable[[], int] | None,
+    ) -> int:  # fmt: skip
+        epoll = self._open()
+        if queued is not None and not callable(queued):
+            raise TypeError("add: queued must be None or callable")
+        if position < 0 or end < position:
+            raise ValueError("add: 0 <= position <= end")
+        slot = next(i for i in range(len(self._slots) + 1) if i not in self._slots)
+        try:
+            epoll.register(out, select.EPOLLOUT)  # level-triggered, as the C core's
+        except OSError as exc:
+            raise _renamed("epoll_ctl", exc) from None
+        self._slots[slot] = _Pumped(
+            out, in_, position, end, cached_until, bool(check_cache), header, trailer, report,
+            queued,
+        )  # fmt: skip
+        return slot
+
+    def _slot(self, slot: int) -> _Pumped:
+        try:
+            return self._slots[slot]
+        except KeyError:
+            raise KeyError(f"no transfer in slot {slot}") from None
+
+    def extend(self, slot: int, cached_until: int) -> None:
+        self._open()
+        t = self._slot(slot)
+        t.cached_until = max(t.cached_until, cached_until)
+
+    def remove(self, slot: int) -> tuple[Any, ...]:
+        epoll = self._open()
+        t = self._slot(slot)
+        _unwatch(epoll, t.out)
+        del self._slots[slot]
+        return t.report_tuple(slot)
+
+    def run(self) -> tuple[int, list[tuple[Any, ...]]]:
+        epoll = self._open()
+        ready = [out for out, _ in epoll.poll(0, _PUMP_READY_MAX)]
+        by_fd = {t.out: slot for slot, t in self._slots.items()}
+        found = []
+        if ready:
+            share = max(self._min_share, self._budget // len(ready))
+            for out in ready:
+                slot = by_fd[out]
+                t = self._slots[slot]
+                if t.queued is not None and _holds_bytes(t.queued):
+                    t.state, look = PUMP_QUEUED, True
+                else:
+                    look = t.step(share, self._window)
+                if t.state != PUMP_SENDING:
+                    _unwatch(epoll, t.out)
+                    del self._slots[slot]
+                elif t.report and t.moved:
+                    look = True
+                if look:
+                    found.append(t.report_tuple(slot))
+        return len(ready), found
+
+    def count(self) -> int:
+        return len(self._slots)
+
+    def close(self) -> None:
+        if self._epoll is not None:
+            self._epoll.close()
+            self._epoll = None
+        self._slots.clear()
+
+
+def _holds_bytes(queued: Callable[[], int]) -> bool:
+    """Whether the transport holds bytes of its own (a failing call: as if it did)."""
+    try:
+        return bool(queued())
+    except Exception:
+        return True
+
+
+def _unwatch(epoll: select.epoll, fd: int) -> None:
+    try:
+        epoll.unregister(fd)
+    except (OSError, ValueError):
+        pass  # not watched, or closed already (which took it out)
+
+
 def splice_to_file(
     sock: int, pipe_r: int, pipe_w: int, file: int, offset: int | None, nbytes: int
 ) -> int:

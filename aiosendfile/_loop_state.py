@@ -39,12 +39,16 @@ class LoopState:
         "closing_waits",
         "disk",
         "pass_open",
+        "pump",
         "stepped_last_pass",
         "stepped_this_pass",
     )
 
     def __init__(self) -> None:
         self.disk = DiskJobs()
+        # The zero-copy sends waiting on their sockets (_sending/pump.py), made by the
+        # first one.
+        self.pump: Any = None
         # Steps (a zero-copy call, a buffered turn) made in this pass of the loop, and
         # in the last pass: the sends sharing the loop's budget (share()).
         self.stepped_this_pass = 0
@@ -68,13 +72,13 @@ class LoopState:
         share = ENGINE.loop_budget // sharing if sharing > 1 else ENGINE.loop_budget
         return share if share > least else least
 
-    def stepped(self) -> None:
-        """Counts a step that moves bytes in this pass; the pass ends when the loop
-        next runs its callbacks."""
+    def stepped(self, steps: int = 1) -> None:
+        """Counts steps that move bytes in this pass (the pump's, several at once); the
+        pass ends when the loop next runs its callbacks."""
         if not self.pass_open:
             self.pass_open = True
             _running_loop().call_soon(_end_pass, self)
-        self.stepped_this_pass += 1
+        self.stepped_this_pass += steps
 
     def watch_for_close(self, waiter: asyncio.Future[None], transport: Any) -> None:
         """Wakes `waiter` if `transport` is found closing, looked at every

@@ -1,12 +1,13 @@
-"""Driving a step from the loop's readiness events: the zero-copy engines' loop,
+"""Driving a step from the loop's readiness events: receive()'s engines' loop,
 and watching a descriptor whose open file description is the application's.
 
-Both zero-copy engines (sendfile on writable, splice on readable) work on a
-dup() of the transport's socket that they own and close: the loop refuses a
-second registration of the transport's own descriptor (asyncio and uvloop
-alike), and a dup is never a number that a closed transport gave back and
-another connection or file now holds.  `run_on_events` watches that dup and
-calls the engine's step on each event, level-triggered, until it says done.
+The splice engine (on readable; send()'s sendfile engine has the loop's pump,
+_sending/pump.py) works on a dup() of the transport's socket that it owns and
+closes: the loop refuses a second registration of the transport's own
+descriptor (asyncio and uvloop alike), and a dup is never a number that a
+closed transport gave back and another connection or file now holds.
+`run_on_events` watches that dup and calls the engine's step on each event,
+level-triggered, until it says done.
 
 The loop must not watch a dup() of the application's pipe, terminal or
 socket, though: uvloop (libuv's uv_poll_init) sets O_NONBLOCK on every

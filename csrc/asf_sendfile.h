@@ -2,6 +2,7 @@
 #ifndef ASF_SENDFILE_H
 #define ASF_SENDFILE_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -41,5 +42,21 @@ typedef struct {
  * *call names the system call that failed: "send", "write" or "sendfile".
  */
 ssize_t asf_sendfile(const asf_request *req, const char **call);
+
+/* asf_sendfile() without the SIGPIPE guard, for a caller that makes several steps
+ * under one guard (the pump). */
+ssize_t asf_sendfile_unguarded(const asf_request *req, const char **call);
+
+/* Keeps the SIGPIPE the calls between block() and restore() raise from the process,
+ * whatever its disposition: nothing to do when it is ignored (CPython's default, one
+ * sigaction(2) query), else the signal is blocked and any it raised taken back. */
+typedef struct {
+    sigset_t saved_mask;
+    int was_pending;
+    int active;
+} asf_sigpipe_guard;
+
+void asf_sigpipe_block(asf_sigpipe_guard *guard);
+void asf_sigpipe_restore(const asf_sigpipe_guard *guard);
 
 #endif /* ASF_SENDFILE_H */

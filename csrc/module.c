@@ -8,6 +8,7 @@
 #include "asf_cached.h"
 #include "asf_errors.h"
 #include "asf_open.h"
+#include "asf_pump.h"
 #include "asf_residency.h"
 #include "asf_sendfile.h"
 #include "asf_splice.h"
@@ -532,6 +533,413 @@ static PyObject *core_open_cached(PyObject *self, PyObject *args, PyObject *kwar
     return ret;
 }
 
+
+/* --- the pump: one per event loop (aiosendfile/_sending/pump.py) --- */
+
+typedef struct {
+    asf_pump_transfer t;
+    PyObject *header;       /* bytes: the transfer's pointers point into them */
+    PyObject *trailer;
+    PyObject *queued;       /* None, or a callable: the bytes the transport holds */
+    int used;
+    int report;             /* look after every wake that moved bytes (progress) */
+} pump_slot;
+
+typedef struct {
+    PyObject_HEAD
+    int epfd;
+    size_t budget, min_share, window;
+    pump_slot *slots;
+    Py_ssize_t nslots, used;
+    int running;            /* run() has released the GIL: no other call now */
+} PumpObject;
+
+static void pump_free_slot(pump_slot *slot)
+{
+    Py_CLEAR(slot->header);
+    Py_CLEAR(slot->trailer);
+    Py_CLEAR(slot->queued);
+    slot->used = 0;
+}
+
+static int pump_check(PumpObject *self)
+{
+    if (self->epfd < 0) {
+        PyErr_SetString(PyExc_ValueError, "the pump is closed");
+        return 0;
+    }
+    if (self->running) {
+        PyErr_SetString(PyExc_RuntimeError, "the pump is running in another thread");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *pump_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *keywords[] = {"budget", "min_share", "window", NULL};
+    Py_ssize_t budget, min_share, window;
+    PumpObject *self;
+    int fd;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "nnn:Pump", keywords, &budget, &min_share,
+                                     &window))
+        return NULL;
+    if (budget <= 0 || min_share <= 0 || window <= 0) {
+        PyErr_SetString(PyExc_ValueError, "budget, min_share and window must be > 0");
+        return NULL;
+    }
+    fd = asf_pump_open();
+    if (fd < 0)
+        return asf_raise_errno(-fd, "epoll_create1");
+    self = (PumpObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        close(fd);
+        return NULL;
+    }
+    self->epfd = fd;
+    self->budget = (size_t)budget;
+    self->min_share = (size_t)min_share;
+    self->window = (size_t)window;
+    return (PyObject *)self;
+}
+
+static void pump_release(PumpObject *self)
+{
+    Py_ssize_t i;
+
+    for (i = 0; i < self->nslots; i++)
+        if (self->slots[i].used)
+            pump_free_slot(&self->slots[i]);
+    PyMem_Free(self->slots);
+    self->slots = NULL;
+    self->nslots = self->used = 0;
+    if (self->epfd >= 0) {
+        close(self->epfd);
+        self->epfd = -1;
+    }
+}
+
+static void pump_dealloc(PumpObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+
+    pump_release(self);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+static PyObject *pump_close(PumpObject *self, PyObject *Py_UNUSED(unused))
+{
+    if (self->running) {
+        PyErr_SetString(PyExc_RuntimeError, "the pump is running in another thread");
+        return NULL;
+    }
+    pump_release(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *pump_fileno(PumpObject *self, PyObject *Py_UNUSED(unused))
+{
+    if (self->epfd < 0) {
+        PyErr_SetString(PyExc_ValueError, "the pump is closed");
+        return NULL;
+    }
+    return PyLong_FromLong(self->epfd);
+}
+
+/* The state a caller needs of a transfer: (slot, state, position, moved, header_left,
+ * trailer_left, cached_until, read_from, errno, call); `moved` is taken. */
+static PyObject *pump_report(PumpObject *self, Py_ssize_t index)
+{
+    asf_pump_transfer *t = &self->slots[index].t;
+    size_t moved = t->moved;
+
+    t->moved = 0;
+    return Py_BuildValue("(niLnnnLLis)", index, t->state, (long long)t->position,
+                         (Py_ssize_t)moved, (Py_ssize_t)t->header_len,
+                         (Py_ssize_t)t->trailer_len, (long long)t->cached_until,
+                         (long long)t->read_from, t->err, t->call ? t->call : "");
+}
+
+PyDoc_STRVAR(pump_add_doc,
+"add(out, in_, position, end, cached_until, check_cache, header, trailer, report,\n\
+    queued) -> slot\n\
+\n\
+Puts a transfer in the pump: file bytes position to end of in_ (after what is\n\
+owed of header; trailer behind the last byte), to be sent down out whenever it\n\
+has room. out must be the transfer's own descriptor: it is watched by the pump's\n\
+epoll instance until the transfer leaves. With check_cache, bytes past\n\
+cached_until are asked of the page cache first. With report, run() names the\n\
+slot after every wake that moved bytes. queued, None or a callable returning the\n\
+bytes the socket's transport holds, is called before each step: if it holds\n\
+some (or the call fails), the transfer leaves, QUEUED, and nothing is sent.");
+
+static PyObject *pump_add(PumpObject *self, PyObject *args)
+{
+    int out_fd, in_fd, check_cache, report, err;
+    long long position, end, cached_until;
+    PyObject *header, *trailer, *queued;
+    Py_ssize_t index;
+    pump_slot *slot;
+
+    if (!PyArg_ParseTuple(args, "iiLLLpSSpO:add", &out_fd, &in_fd, &position, &end,
+                          &cached_until, &check_cache, &header, &trailer, &report, &queued))
+        return NULL;
+    if (queued != Py_None && !PyCallable_Check(queued)) {
+        PyErr_SetString(PyExc_TypeError, "add: queued must be None or callable");
+        return NULL;
+    }
+    if (!pump_check(self))
+        return NULL;
+    if (position < 0 || end < position) {
+        PyErr_SetString(PyExc_ValueError, "add: 0 <= position <= end");
+        return NULL;
+    }
+    for (index = 0; index < self->nslots && self->slots[index].used; index++)
+        ;
+    if (index == self->nslots) {
+        Py_ssize_t grown = self->nslots ? self->nslots * 2 : 16;
+        pump_slot *slots = PyMem_Realloc(self->slots, (size_t)grown * sizeof(pump_slot));
+
+        if (slots == NULL)
+            return PyErr_NoMemory();
+        memset(slots + self->nslots, 0, (size_t)(grown - self->nslots) * sizeof(pump_slot));
+        self->slots = slots;
+        self->nslots = grown;
+    }
+    err = asf_pump_watch(self->epfd, out_fd, (uint64_t)index);
+    if (err < 0)
+        return asf_raise_errno(-err, "epoll_ctl");
+    slot = &self->slots[index];
+    memset(&slot->t, 0, sizeof(slot->t));
+    slot->t.out_fd = out_fd;
+    slot->t.in_fd = in_fd;
+    slot->t.position = (off_t)position;
+    slot->t.end = (off_t)end;
+    slot->t.cached_until = (off_t)cached_until;
+    slot->t.check_cache = check_cache;
+    slot->t.header = PyBytes_AS_STRING(header);
+    slot->t.header_len = (size_t)PyBytes_GET_SIZE(header);
+    slot->t.trailer = PyBytes_AS_STRING(trailer);
+    slot->t.trailer_len = (size_t)PyBytes_GET_SIZE(trailer);
+    slot->t.state = ASF_PUMP_SENDING;
+    slot->t.read_from = -1;
+    slot->header = Py_NewRef(header);
+    slot->trailer = Py_NewRef(trailer);
+    slot->queued = queued == Py_None ? NULL : Py_NewRef(queued);
+    slot->report = report;
+    slot->used = 1;
+    self->used++;
+    return PyLong_FromSsize_t(index);
+}
+
+static pump_slot *pump_slot_arg(PumpObject *self, PyObject *arg, Py_ssize_t *index)
+{
+    *index = PyLong_AsSsize_t(arg);
+    if (*index == -1 && PyErr_Occurred())
+        return NULL;
+    if (*index < 0 || *index >= self->nslots || !self->slots[*index].used) {
+        PyErr_Format(PyExc_KeyError, "no transfer in slot %zd", *index);
+        return NULL;
+    }
+    return &self->slots[*index];
+}
+
+PyDoc_STRVAR(pump_extend_doc,
+"extend(slot, cached_until) -> None\n\
+\n\
+The bytes before cached_until are in the page cache now (read in by a worker).");
+
+static PyObject *pump_extend(PumpObject *self, PyObject *args)
+{
+    PyObject *which;
+    long long cached_until;
+    Py_ssize_t index;
+    pump_slot *slot;
+
+    if (!PyArg_ParseTuple(args, "OL:extend", &which, &cached_until) || !pump_check(self))
+        return NULL;
+    slot = pump_slot_arg(self, which, &index);
+    if (slot == NULL)
+        return NULL;
+    if ((off_t)cached_until > slot->t.cached_until)
+        slot->t.cached_until = (off_t)cached_until;
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(pump_remove_doc,
+"remove(slot) -> (slot, state, position, moved, header_left, trailer_left,\n\
+    cached_until, read_from, errno, call)\n\
+\n\
+Takes the transfer out of the pump (its socket no longer watched) and returns its\n\
+state, as run() reports it.");
+
+static PyObject *pump_remove(PumpObject *self, PyObject *which)
+{
+    Py_ssize_t index;
+    pump_slot *slot;
+    PyObject *report;
+    int err;
+
+    if (!pump_check(self))
+        return NULL;
+    slot = pump_slot_arg(self, which, &index);
+    if (slot == NULL)
+        return NULL;
+    err = asf_pump_unwatch(self->epfd, slot->t.out_fd);
+    report = pump_report(self, index);
+    pump_free_slot(slot);
+    self->used--;
+    if (report != NULL && err < 0) {
+        Py_DECREF(report);
+        return asf_raise_errno(-err, "epoll_ctl");
+    }
+    return report;
+}
+
+PyDoc_STRVAR(pump_run_doc,
+"run() -> (ready, [(slot, state, position, moved, header_left, trailer_left,\n\
+    cached_until, read_from, errno, call), ...])\n\
+\n\
+Steps every transfer whose socket has room now, each at most its share of the\n\
+budget (the budget split between them, at least min_share), with the GIL\n\
+released and one SIGPIPE guard for all the steps. Returns how many were ready,\n\
+and the transfers to look at: those that left the pump (done, short, cold, failed: no longer watched, the\n\
+slot free), those whose bytes past read_from must be read in, and with report\n\
+those that moved bytes.");
+
+static PyObject *pump_run(PumpObject *self, PyObject *Py_UNUSED(unused))
+{
+    uint64_t keys[256];
+    int ready, i, look[256];
+    size_t share;
+    asf_sigpipe_guard guard;
+    PyObject *found, *item, *result;
+
+    if (!pump_check(self))
+        return NULL;
+    self->running = 1;
+    Py_BEGIN_ALLOW_THREADS
+    ready = asf_pump_ready(self->epfd, keys, 256);
+    Py_END_ALLOW_THREADS
+    if (ready < 0) {
+        self->running = 0;
+        return asf_raise_errno(-ready, "epoll_wait");
+    }
+    /* Bytes the transport queued itself go first, or were written around the send
+     * (a uvloop transport cannot refuse a write): either way, not ours to step now. */
+    for (i = 0; i < ready; i++) {
+        pump_slot *slot = &self->slots[keys[i]];
+        PyObject *held;
+
+        look[i] = 0;
+        if (slot->queued == NULL)
+            continue;
+        held = PyObject_CallNoArgs(slot->queued);
+        if (held == NULL)
+            PyErr_Clear();  /* the transport is broken: its owner meets the error */
+        if (held == NULL || PyObject_IsTrue(held) != 0) {
+            PyErr_Clear();
+            slot->t.state = ASF_PUMP_QUEUED;
+            look[i] = 1;
+        }
+        Py_XDECREF(held);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (ready > 0) {
+        share = self->budget / (size_t)ready;
+        if (share < self->min_share)
+            share = self->min_share;
+        asf_sigpipe_block(&guard);
+        for (i = 0; i < ready; i++) {
+            pump_slot *slot = &self->slots[keys[i]];
+
+            if (slot->t.state == ASF_PUMP_SENDING)
+                look[i] = asf_pump_step(&slot->t, share, self->window);
+            if (slot->t.state != ASF_PUMP_SENDING)
+                (void)asf_pump_unwatch(self->epfd, slot->t.out_fd);
+            else if (slot->report && slot->t.moved)
+                look[i] = 1;
+        }
+        asf_sigpipe_restore(&guard);
+    }
+    Py_END_ALLOW_THREADS
+    self->running = 0;
+    found = PyList_New(0);
+    if (found == NULL)
+        return NULL;
+    for (i = 0; i < ready; i++) {
+        pump_slot *slot = &self->slots[keys[i]];
+
+        if (!look[i])
+            continue;
+        item = pump_report(self, (Py_ssize_t)keys[i]);
+        if (item == NULL || PyList_Append(found, item) < 0) {
+            Py_XDECREF(item);
+            Py_DECREF(found);
+            return NULL;
+        }
+        Py_DECREF(item);
+        if (slot->t.state != ASF_PUMP_SENDING) {
+            pump_free_slot(slot);
+            self->used--;
+        }
+    }
+    result = Py_BuildValue("(iN)", ready, found);
+    return result;
+}
+
+static PyObject *pump_len(PumpObject *self, PyObject *Py_UNUSED(unused))
+{
+    return PyLong_FromSsize_t(self->used);
+}
+
+static PyMethodDef pump_methods[] = {
+    {"fileno", (PyCFunction)pump_fileno, METH_NOARGS, "The epoll instance, for the loop to watch."},
+    {"add", (PyCFunction)pump_add, METH_VARARGS, pump_add_doc},
+    {"extend", (PyCFunction)pump_extend, METH_VARARGS, pump_extend_doc},
+    {"remove", (PyCFunction)pump_remove, METH_O, pump_remove_doc},
+    {"run", (PyCFunction)pump_run, METH_NOARGS, pump_run_doc},
+    {"close", (PyCFunction)pump_close, METH_NOARGS, "Closes the epoll instance; drops every transfer."},
+    {"count", (PyCFunction)pump_len, METH_NOARGS, "How many transfers are in the pump."},
+    {NULL, NULL, 0, NULL},
+};
+
+PyDoc_STRVAR(pump_doc,
+"Pump(budget, min_share, window)\n\
+\n\
+One event loop's zero-copy transfers: an epoll instance watching each one's\n\
+socket for room, and run() sending to every socket that has some, in C. The\n\
+loop watches fileno() for reading (it is readable while a socket has room).");
+
+static PyType_Slot pump_type_slots[] = {
+    {Py_tp_new, pump_new},
+    {Py_tp_dealloc, pump_dealloc},
+    {Py_tp_methods, pump_methods},
+    {Py_tp_doc, (void *)pump_doc},
+    {0, NULL},
+};
+
+static PyType_Spec pump_type_spec = {
+    .name = "aiosendfile._core_c.Pump",
+    .basicsize = sizeof(PumpObject),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = pump_type_slots,
+};
+
+static int core_exec(PyObject *module)
+{
+    PyObject *type = PyType_FromModuleAndSpec(module, &pump_type_spec, NULL);
+    int err;
+
+    if (type == NULL)
+        return -1;
+    err = PyModule_AddObjectRef(module, "Pump", type);
+    Py_DECREF(type);
+    return err;
+}
+
 static PyMethodDef core_methods[] = {
     {"sendfile", (PyCFunction)(void (*)(void))core_sendfile,
      METH_FASTCALL | METH_KEYWORDS, sendfile_doc},
@@ -547,6 +955,7 @@ static PyMethodDef core_methods[] = {
 };
 
 static struct PyModuleDef_Slot core_slots[] = {
+    {Py_mod_exec, core_exec},
 #if PY_VERSION_HEX >= 0x030C0000
     {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
 #endif

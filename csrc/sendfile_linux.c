@@ -18,12 +18,6 @@
 
 /* --- SIGPIPE: block it around our calls and take back any we raised. --- */
 
-typedef struct {
-    sigset_t saved_mask;
-    int was_pending;
-    int active;
-} sigpipe_guard;
-
 /* With SIGPIPE ignored (CPython's start-up default) the kernel discards it as
  * it is raised: one sigaction(2) query instead of four mask calls per step.
  * (A blocked signal is never discarded, so the guard must not block first.) */
@@ -35,7 +29,7 @@ static int sigpipe_ignored(void)
            current.sa_handler == SIG_IGN;
 }
 
-static void sigpipe_block(sigpipe_guard *guard)
+void asf_sigpipe_block(asf_sigpipe_guard *guard)
 {
     sigset_t pipe_only, pending;
 
@@ -50,7 +44,7 @@ static void sigpipe_block(sigpipe_guard *guard)
     guard->was_pending = sigismember(&pending, SIGPIPE);
 }
 
-static void sigpipe_restore(const sigpipe_guard *guard)
+void asf_sigpipe_restore(const asf_sigpipe_guard *guard)
 {
     sigset_t pipe_only, pending;
     struct timespec no_wait = {0, 0};
@@ -158,13 +152,22 @@ static int send_file_bytes(const asf_request *req, size_t *sent, const char **ca
 
 ssize_t asf_sendfile(const asf_request *req, const char **call)
 {
-    sigpipe_guard guard;
+    asf_sigpipe_guard guard;
+    ssize_t n;
+
+    asf_sigpipe_block(&guard);
+    n = asf_sendfile_unguarded(req, call);
+    asf_sigpipe_restore(&guard);
+    return n;
+}
+
+ssize_t asf_sendfile_unguarded(const asf_request *req, const char **call)
+{
     ssize_t n;
     size_t header_sent = 0, file_sent = 0, trailer_sent = 0;
     int is_socket = 1, more_follows, corked, err = 0;
 
     more_follows = req->nbytes > 0 || req->trailer_len > 0;
-    sigpipe_block(&guard);
     corked = req->cork && cork_for_step(req->out_fd);
 
     n = write_bytes(req->out_fd, req->header, req->header_len, more_follows, &is_socket, call);
@@ -186,8 +189,6 @@ ssize_t asf_sendfile(const asf_request *req, const char **call)
     /* Header bytes sent with MSG_MORE and nothing after them in this call. */
     else if (is_socket && more_follows && header_sent > 0 && file_sent == 0 && trailer_sent == 0)
         push_held_header(req->out_fd);
-
-    sigpipe_restore(&guard);
 
     if (header_sent + file_sent + trailer_sent > 0)
         return (ssize_t)(header_sent + file_sent + trailer_sent);

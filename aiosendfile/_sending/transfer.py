@@ -143,6 +143,10 @@ class Transfer:
         """File bytes still owed; None when unknown."""
         return None if self.count is None else self.count - self.sent
 
+    @property
+    def reports_progress(self) -> bool:
+        return self._progress is not None
+
     def advance(self, nbytes: int) -> None:
         self.sent += nbytes
         if self._progress is not None and nbytes and self.sent != self.total:

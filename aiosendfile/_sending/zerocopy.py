@@ -1,26 +1,31 @@
 """The zero-copy engine: the file's bytes go from the page cache to the socket.
 
-Drives the core (one call per writable event, the core itself looping until
-the socket is full).  Only the first step, taken in the tick where the
-transport was found open, uses the transport's descriptor; once the send has
-to wait, every call goes to a dup() of its own.  That dup is what the loop
-watches (both loops refuse a second registration of the transport's own fd),
-and it guarantees the send never writes to a descriptor number that a closed
-transport gave back and another connection or file now holds.  A close or a
-reset ends every wait at once (flow.Flow.wait_for), and the dup is closed
-with it, so the connection really closes.  Before every call the transport's
-own write buffer must be empty, so nothing it queued earlier can be overtaken.
+Drives the core.  The first step is taken at once, in the tick where the
+transport was found open, on the transport's descriptor: most small responses
+end there.  Once the send has to wait for its socket it goes into the loop's
+pump (_sending/pump.py), which steps it in C on every writable event until it
+must come back (done, the file short, cold pages, a failed call, bytes the
+transport queued); every call from then on goes to a dup() of the socket of its
+own.  That dup is what the pump's epoll instance watches (both loops refuse a
+second registration of the transport's own fd), and it guarantees the send never
+writes to a descriptor number that a closed transport gave back and another
+connection or file now holds.  A close or a reset ends every wait at once
+(flow.Flow.wait_for), and the dup is closed with it, so the connection really
+closes.  Before every call the transport's own write buffer must be empty, so
+nothing it queued earlier can be overtaken (the pump asks a transport that cannot
+refuse writes, uvloop's, before each of its steps).
 
 Two things keep the loop free for everyone else:
 - the disk: sendfile(2) sleeps in the calling thread when a page is not in
   the page cache.  Before a range goes to the kernel, one cheap residency
   check (cachestat(2)) says how much of it is cached; what is not is read in
   by a worker (_disk.populate) a few MiB ahead while the loop serves others.
-- fairness: one call moves at most a share of the loop budget, split between the
-  zero-copy sends that stepped in the loop's last pass (counted in its LoopState),
-  so one writable event cannot hold the loop for long while other connections
-  wait (nginx's sendfile_max_chunk), and a pass moves about the budget however
-  many sends wake in it.
+- fairness: one call moves at most a share of the loop budget: in the pump, the
+  budget split between the sends whose sockets have room in that pass; a step
+  taken in Python, split between the sends that stepped in the loop's last pass
+  (counted in its LoopState).  One writable event cannot hold the loop for long
+  while other connections wait (nginx's sendfile_max_chunk), and a pass moves
+  about the budget however many sends wake in it.
 """
 
 from __future__ import annotations
@@ -30,14 +35,13 @@ import os
 import socket
 
 from .. import _core, _disk, _linux, _loop_state
-from .._errors import Action, cannot_tell, classify, transport_closing
+from .._errors import Action, cannot_tell, classify
 from .._files import MAX_FILE_POSITION
 from .._holds import IN_PROGRESS
-from .._readiness import run_on_events
 from .._settings import ENGINE
+from . import pump
+from .pump import READ_AHEAD
 from .transfer import Transfer
-
-READ_AHEAD = 4 * 1024 * 1024  # residency window, and the size of one disk read
 
 
 class ZeroCopyRefused(Exception):
@@ -84,6 +88,8 @@ class SendfileEngine:
         self.cached_until = transfer.offset
         # Pseudo-files of unknown size are not on a disk.
         self.check_cache = ENGINE.check_cache and transfer.count is not None
+        self.slot: int | None = None  # in the loop's pump (_sending/pump.py)
+        self.failure: Exception | None = None  # why the pump gave the send back
         self.cache_unknown = False  # the residency check failed once: read everything in
         self.disk_read: asyncio.Future[int] | None = None
         self._disk_read_start = 0
@@ -122,7 +128,7 @@ class SendfileEngine:
                 except BlockingIOError:
                     pass
                 if not self.finished and not self.waiting_for_disk:
-                    await self.run_on_loop()
+                    await self.pump_until_needed()
         except ForeignWrite:
             # Aborted here, not in the step: a closing transport would end the wait
             # with "Transport is closing" and hide why.
@@ -249,30 +255,55 @@ class SendfileEngine:
             await self.transfer.flow.wait_for(read)
             self._disk_read_done(read)  # now, not on a later iteration: the loop may not wait
 
-    async def run_on_loop(self) -> None:
-        """Steps on each writable event until finished, the next bytes are not
-        cached yet, or the transport has queued bytes of its own (then the
-        caller waits for those first)."""
-        await run_on_events(
-            self.out_fd, "write", self._step_if_writable, self.transfer.flow.wait_for
-        )
-
-    def _step_if_writable(self) -> bool:
-        """One step on a writable event; True when the wait for writability is over."""
-        transport = self.transfer.transport
-        if transport.is_closing():
-            raise transport_closing()
-        if transport.get_write_buffer_size():
-            self.refuse_foreign_write()
-            return True  # queued before the send began: it goes first
+    async def pump_until_needed(self) -> None:
+        """Puts the send in the loop's pump (_sending/pump.py), which sends on each
+        writable event in C, until the send must come back: done, the file short,
+        the next bytes not cached, a failed call, or the transport closed."""
+        t = self.transfer
+        loop_pump = pump.current()
+        # A transport whose write() the hold cannot refuse (uvloop's) is asked, before
+        # each step, whether it holds bytes: written around the send, they must not
+        # be overtaken (the stream is cut instead: refuse_foreign_write).
+        guarded = hasattr(t.transport, "__dict__")
+        self.slot, left = loop_pump.take(
+            self, self.out_fd, self.in_fd, t.position, self.end, self.cached_until,
+            self.check_cache, bytes(t.header), bytes(t.trailer), t.reports_progress,
+            None if guarded else t.transport.get_write_buffer_size,
+        )  # fmt: skip
         try:
-            self.step()
-        except BlockingIOError:
-            return False  # spurious wake-up: the socket filled again
-        if self.finished:
-            return True
-        # A disk wait is not a socket wait.
-        return self.disk_read is not None and self.cached_until <= self.transfer.position
+            await t.flow.wait_for(left)
+        finally:
+            if self.slot is not None:  # still in: a close, a cancellation
+                self.pumped(loop_pump.give_back(self.slot))
+        failure, self.failure = self.failure, None
+        if failure is not None:
+            raise failure
+
+    def pumped(self, report: pump.Report) -> None:
+        """What the pump sent of this send, and why it comes back (if it does)."""
+        _, state, position, moved, header_left, trailer_left, cached_until, read_from, err, call = (
+            report
+        )
+        t = self.transfer
+        if header_left < len(t.header) or moved or trailer_left < len(t.trailer):
+            self.started = True
+        t.header = t.header[len(t.header) - header_left :]
+        t.trailer = t.trailer[len(t.trailer) - trailer_left :]
+        if moved:
+            t.advance(moved)
+        assert t.position == position, (t.position, position)
+        self.cached_until = max(self.cached_until, cached_until)
+        if read_from >= 0 and self.disk_read is None and read_from < self.end:
+            self._read_in(read_from, min(READ_AHEAD, self.end - read_from))
+        if state == pump.SENDING:
+            return
+        self.slot = None
+        if state in (pump.DONE, pump.SHORT):
+            self.finished = True
+        elif state == pump.FAILED:
+            exc = OSError(err, f"{call}: {os.strerror(err)}")
+            action = classify(exc, file_bytes_sent=t.sent)
+            self.failure = ZeroCopyRefused(str(exc)) if action is Action.FALLBACK else exc
 
     def refuse_foreign_write(self) -> None:
         """Bytes the transport queued after ours began were written around the send

@@ -14,7 +14,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from aiosendfile._sending import quick as _quick
 
 from ..conftest import Connection, pattern
 from ..page_cache import evict
+from .conftest import receive
 
 SMALL = 4096 + 3
 QUICK_MAX = _quick.QUICK_MAX_BYTES
@@ -35,24 +36,6 @@ QUICK_REASON = _quick.QUICK.reason
 
 
 # --- the core call, on plain sockets ---
-
-
-@pytest.fixture
-def sockets() -> Iterator[tuple[socket.socket, socket.socket]]:
-    out, peer = socket.socketpair()
-    out.setblocking(False)
-    with out, peer:
-        yield out, peer
-
-
-def receive(peer: socket.socket, size: int) -> bytes:
-    peer.settimeout(10)
-    got = bytearray()
-    while len(got) < size:
-        chunk = peer.recv(size - len(got))
-        assert chunk, f"EOF after {len(got)} of {size} bytes"
-        got += chunk
-    return bytes(got)
 
 
 @pytest.mark.parametrize(
