@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import io
 import json
 import os
 import shutil
@@ -21,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiosendfile_bench import blocking, cli, ftp, nginx, ranges, receiver, report
+from aiosendfile_bench import blocking, busy, cli, ftp, nginx, ranges, receiver, report, summary
 from aiosendfile_bench.cli import WORKLOAD_NAMES
+from aiosendfile_bench.progress import Progress
 from aiosendfile_bench.results import GIB, Sample, Section, summarize
 from aiosendfile_bench.runner import MeasurementError
 from aiosendfile_bench.senders import REGISTRY, Sender
@@ -730,10 +732,15 @@ def test_bench_skips_nginx_where_it_is_not_on_the_path(tmp_path: Path) -> None:
 def test_bench_quick_targets_are_labelled_indicative(tmp_path: Path) -> None:
     args = ["bench", "--quick", "--targets", "--workloads", "large", "--size", "1M"]
     only = ["--only", "limit,aiosendfile-asyncio", "--no-progress"]
-    out = tmp_path / "quick.json"
-    done = run_bench(*args, *only, "--json", str(out))
+    out, report_md = tmp_path / "quick.json", tmp_path / "quick.md"
+    done = run_bench(*args, *only, "--json", str(out), "--report", str(report_md))
     assert done.returncode == 0, done.stderr
-    assert "Targets, indicative only (--quick" in done.stdout
+    assert "Targets, indicative only (--quick" in report_md.read_text()
+    # Neither row it compares with ran: the sentence says so.
+    assert done.stdout.rstrip().endswith(
+        "1 MiB file, one connection: send() on asyncio compared with nothing; nginx did not "
+        "run; asyncio's loop.sendfile did not run."
+    )
     data = json.loads(out.read_text())
     assert data["targets_indicative"] is True
     assert [v["target"] for v in data["targets"]][:1] == [
@@ -1147,3 +1154,205 @@ def test_bench_starlette_dropin_row_is_unavailable_without_its_module() -> None:
     assert listed.returncode == 0, listed.stderr
     reason = "this aiosendfile has no aiosendfile.starlette (the drop-in FileResponse)"
     assert f"range, multirange (cannot run here: {reason})" in listed.stdout
+
+
+# --- how busy the machine was, and the sentences that end a --quick run ---
+
+
+def test_busy_counts_other_processes_and_steal_only() -> None:
+    # One second on 2 CPUs at 100 ticks a second: 200 ticks in all, 130 of them busy: 50
+    # this run's processes', 10 the kernel threads', 70 other processes'.
+    before = busy.Ticks(busy=1000, steal=50, total=10_000, own=300, kernel=40)
+    after = busy.Ticks(busy=1130, steal=54, total=10_200, own=350, kernel=50)
+    load = busy.between(before, after, 1.0)
+    assert load.others == pytest.approx(0.35) and load.steal == pytest.approx(0.02)
+    assert not load.idle
+    assert load.describe() == (
+        "busy: other processes used 35% of the CPUs, steal 2%: figures are noisy"
+    )
+    quiet = busy.between(before, dataclasses.replace(after, busy=1062), 1.0)
+    assert quiet.others == pytest.approx(0.01) and quiet.idle
+    assert quiet.describe() == "machine idle (other processes used 1% of the CPUs, steal 2%)"
+    stolen = busy.between(before, dataclasses.replace(after, busy=1062, steal=70), 1.0)
+    assert stolen.steal == pytest.approx(0.1) and not stolen.idle
+    # This process read after /proc/stat: its ticks may run ahead, never below zero.
+    ahead = busy.between(before, dataclasses.replace(after, busy=1040), 1.0)
+    assert ahead.others == 0.0
+    assert busy.between(before, before, 0.0) == busy.Busy(0.0, 0.0, 0.0)
+
+
+def test_busy_parses_proc_stat_and_a_process_stat() -> None:
+    text = (
+        "cpu  156486 2869 64354 903908 5564 10 7161 86 1200 0\n"
+        "cpu0 78000 1400 32000 452000 2700 5 3500 40 600 0\n"
+        "intr 123 0 0\n"
+    )
+    ticks = busy.parse_stat(text)
+    # guest (1200) is inside user already; idle and iowait count in the total only.
+    running = 156486 + 2869 + 64354 + 10 + 7161
+    assert ticks == (running, 86, running + 903908 + 5564 + 86)
+    with pytest.raises(ValueError, match="no 'cpu' line"):
+        busy.parse_stat("intr 1\n")
+    # The command's name may hold spaces and parentheses.
+    stat = "4242 (a (b) c) S 17 4242 4242 0 -1 4194304 100 0 0 0 25 7 3 2 20 0 1 0 9 8 7"
+    assert busy.parse_process(stat) == (17, 32, 5)
+    with open("/proc/stat") as real:
+        busy_ticks, steal, total = busy.parse_stat(real.read())
+    assert 0 < busy_ticks < total and 0 <= steal < total
+
+
+BURN = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\n"
+
+
+def test_busy_leaves_out_this_process_and_its_children() -> None:
+    hz = os.sysconf("SC_CLK_TCK")
+    first = busy.look()
+    # A grandchild's CPU reaches this process's through its parent, once both are reaped.
+    grandchild = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {BURN!r}])"
+    subprocess.run([sys.executable, "-c", grandchild], check=True)
+    second = busy.look()
+    assert second.own - first.own >= 0.25 * hz
+    # A child still running counts too, through the process tree.
+    script = BURN + "print('done', flush=True)\nimport sys\nsys.stdin.read()\n"
+    child = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "done\n"
+        third = busy.look()
+        assert third.own - second.own >= 0.25 * hz
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait()
+        assert child.stdout is not None
+        child.stdout.close()
+    assert first.total < second.total < third.total and third.busy <= third.total
+    assert 0.0 <= busy.between(first, third, 1.0).others <= 1.0
+
+
+def test_bench_says_how_busy_the_machine_was(bench: BenchRun) -> None:
+    for when in ("before", "during"):
+        load = bench.data["busy"][when]
+        assert 0 <= load["others"] <= 1 and 0 <= load["steal"] <= 1 and load["seconds"] > 0
+        assert load["idle"] in (True, False)
+    assert bench.data["busy"]["before"]["seconds"] >= busy.WINDOW
+    (line,) = [line for line in bench.stdout.splitlines() if line.startswith("Load: ")]
+    assert line.startswith("Load: before the run, ") and "; during it, " in line
+    assert bench.stderr.startswith("load: ") or "\nload: " in bench.stderr
+    # A sentence per table, in the JSON, for a full run too.
+    assert len(bench.data["summary"]) == len(bench.data["sections"])
+    assert all("(one run: not settled)" in s for s in bench.data["summary"][:3])
+
+
+UPLOAD = Workload("upload", "upload", 64 << 20)
+
+
+def _sentence(section: Section, absent: dict[str, str] | None = None) -> str:
+    roles = {name: row.role for name, row in REGISTRY.items()}
+    loops = {name: loop for name, row in REGISTRY.items() if (loop := row.loop_name())}
+    return summary.sentence(section, roles, loops, absent or {})
+
+
+def test_sentence_says_faster_slower_as_fast_or_not_settled() -> None:
+    large = _section(
+        LARGE,
+        {
+            "nginx": [(1000, 0.2)] * 5,
+            "loop.sendfile": [(500, 0.4)] * 5,
+            # x nginx 0.95-0.99: as fast; x loop.sendfile 1.90-1.98: faster.
+            "aiosendfile-asyncio": [(950, 0.2), (970, 0.2), (990, 0.2), (960, 0.2), (980, 0.2)],
+            # x nginx 0.80-1.20: both sides; x loop.sendfile 1.60-2.40: faster, spread wide.
+            "aiosendfile-uvloop": [(800, 0.2), (1200, 0.2), (1000, 0.2), (900, 0.2), (1100, 0.2)],
+        },
+    )
+    assert _sentence(large) == (
+        "64 MiB file, one connection: send() on asyncio is as fast as nginx (0.97x) and "
+        "faster than asyncio's loop.sendfile (1.94x); on uvloop, between 0.80x and 1.20x "
+        "nginx (not settled in 5 runs) and faster than asyncio's loop.sendfile (2.00x, runs "
+        "1.60x-2.40x)."
+    )
+    runs = [(19000, 20.0), (20000, 20.0), (21000, 20.0), (20500, 20.0), (19500, 20.0)]
+    small = _section(
+        SMALL,
+        {"aiosendfile-asyncio": runs, "loop.sendfile": [(10000, 60.0)] * 5},
+    )
+    # nginx serves this table, but not here: why, where the run knew, in the same sentence.
+    absent = {"nginx": "nginx is not on the PATH"}
+    assert _sentence(small, absent) == (
+        "64 KiB responses, one connection: send() on asyncio is faster than asyncio's "
+        "loop.sendfile (2.00x); no nginx figure: nginx is not on the PATH."
+    )
+    slower = _section(SMALL, {"aiosendfile-asyncio": runs, "nginx": [(30000, 9.0)] * 5})
+    assert _sentence(slower) == (
+        "64 KiB responses, one connection: send() on asyncio is slower than nginx (0.67x); "
+        "asyncio's loop.sendfile did not run."
+    )
+    # Every run on one side, but too few of them to name a winner.
+    few = _section(SMALL, {"aiosendfile-asyncio": runs[:3], "loop.sendfile": [(10000, 60.0)] * 3})
+    assert "between 1.90x and 2.10x asyncio's loop.sendfile (not settled in 3 runs)" in (
+        _sentence(few)
+    )
+    once = _section(SMALL, {"aiosendfile-asyncio": runs[:1], "loop.sendfile": [(10000, 60.0)]})
+    assert "is 1.90x asyncio's loop.sendfile (one run: not settled); nginx" in _sentence(once)
+
+
+def test_sentence_compares_uploads_with_the_read_and_write_loop() -> None:
+    figures = {
+        "upload-limit": [(2000, 0.5)] * 5,
+        "receive-asyncio": [(1900, 0.6), (2000, 0.6), (2100, 0.6), (1950, 0.6), (2050, 0.6)],
+        "read-write-asyncio": [(1000, 0.9)] * 5,
+    }
+    samples = [
+        _sample(UPLOAD, row, run, value, cpu)
+        for row, runs in figures.items()
+        for run, (value, cpu) in enumerate(runs, 1)
+    ]
+    baselines = {"receive-asyncio": "read-write-asyncio"}
+    section = summarize(UPLOAD, "tcp", ("upload-limit",), list(figures), samples, baselines)
+    # nginx receives no uploads here: no word of it.
+    assert _sentence(section) == (
+        "64 MiB upload into a file: receive() on asyncio is faster than reader.read() + "
+        "file.write() on asyncio (2.00x)."
+    )
+
+
+def test_bench_quick_runs_the_rows_its_sentences_compare(tmp_path: Path) -> None:
+    out, report_md = tmp_path / "quick.json", tmp_path / "quick.md"
+    args = ["bench", "--quick", "--workloads", "large,upload", "--size", "1M", "--runs", "1"]
+    args += ["--upload-size", "1M", "--no-progress", "--json", str(out), "--report", str(report_md)]
+    done = run_bench(*args)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    data = json.loads(out.read_text())
+    for section in data["sections"]:
+        quick = cli.QUICK_ROWS[section["workload"]["name"]]
+        tls = section["transport"] == "tls"
+        expected = {
+            row
+            for row in quick
+            if row.startswith("tls-") == tls and cli.missing(REGISTRY[row], True, None) is None
+        }
+        assert {row["row"] for row in section["rows"]} == expected
+    # The terminal: where the report went, the machine, its load, and last a sentence a table.
+    lines = done.stdout.rstrip().splitlines()
+    assert lines[0] == f"Report (the tables, how they were measured, the verdict): {report_md}"
+    assert lines[2].startswith("Load: before the run, ")
+    assert lines[-len(data["summary"]) :] == data["summary"]
+    assert [line.split(":")[0] for line in data["summary"]] == [
+        "1 MiB file, one connection",
+        "1 MiB file, one connection over TLS",
+        "1 MiB upload into a file",
+    ]
+    assert len(lines) <= 10 and "|" not in done.stdout
+    report_text = report_md.read_text()
+    assert report_text.startswith("Rows:\n") and "## Verdict" in report_text
+    assert len(_tables(report_text)) == len(data["sections"])
+
+
+def test_progress_under_quick_says_each_workload_once() -> None:
+    stream = io.StringIO()
+    progress = Progress(4, stream, enabled=True, terse=True)
+    for done, text in enumerate(["large run 1/2 limit", "large run 2/2 limit", "upload run 1/2"]):
+        progress.show(done, text)
+        progress.show(done + 1, text + ": 1,000 MB/s")
+    assert [line.split("] ")[1] for line in stream.getvalue().splitlines()] == ["large", "upload"]

@@ -23,6 +23,8 @@ One module per job:
 - ``results.py``    medians, spreads and same-run ratios
 - ``targets.py``    the targets aiosendfile is held to, and their verdicts
 - ``verdict.py``    the verdict ending every run: aiosendfile against the best peer and the limit
+- ``summary.py``    a sentence per table: faster or slower than nginx and the stock loop
+- ``busy.py``       how busy other processes keep the machine, before and during a run
 - ``report.py``     Markdown and JSON;  ``plot.py``: the optional matplotlib figure
 - ``progress.py``   the progress bar
 - ``cli.py``        the command line and one run from start to end

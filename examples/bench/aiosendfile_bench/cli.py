@@ -6,7 +6,9 @@ rows interleaved and their order rotated from run to run, since a small,
 shared VM's throughput drifts several-fold between repetitions.  Each
 measurement is a server process of its own plus the one receiver process
 (runner.py); the ftp workloads' rows are FTP server programs against curl
-(ftp.py).  Prints Markdown tables on stdout, a progress bar on stderr.
+(ftp.py).  Prints Markdown tables on stdout, a progress bar on stderr; with
+--quick (or --report) the tables go to a file, and stdout gets how busy the
+machine was and a sentence per table (summary.py).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import asgi, files, ftp, nginx, ranges, report, runner, senders, targets
+from . import asgi, busy, files, ftp, nginx, ranges, report, runner, senders, summary, targets
 from .files import Served
 from .progress import Progress
 from .results import Failure, Sample, Section, summarize
@@ -45,17 +47,29 @@ DEFAULTS = {
     "lag_size": 32 << 20,
     "upload_size": 1 << 30,
 }
-# --quick: the same rows and workloads, less data three times over, so that the
-# report can tell which figures its runs agree on; about a minute on 2 cores.
+# --quick: the tables a new user asks about, each with the rows its sentence compares
+# (summary.py): aiosendfile on asyncio and on uvloop, nginx, and the stock loop's way.
+# Five runs of each, less data: about half a minute on 2 idle cores.  One large
+# transfer's MB/s over loopback swings between two speeds whoever sends, so the plain
+# large file's sentence often stays unsettled; the TLS, small-file, upload and HTTP
+# ones settle in five runs on an idle machine.
 QUICK = {
     "size": 64 << 20,
-    "runs": 3,
-    "requests": 300,
+    "runs": 5,
+    "requests": 1000,
     "connections": 200,
-    "conn_size": 512 << 10,
+    "conn_size": 4 << 20,
     "lag_clients": 5,
     "lag_size": 4 << 20,
     "upload_size": 64 << 20,
+}
+SEND = ("aiosendfile-asyncio", "aiosendfile-uvloop", "loop.sendfile", "nginx")
+QUICK_ROWS = {
+    "large": (*SEND, *(f"tls-{row}" for row in SEND)),
+    "small-64k": SEND,
+    "concurrent": SEND,
+    "upload": ("receive-asyncio", "receive-uvloop", "read-write-asyncio"),
+    "http-64k": ("aiohttp-dropin-asyncio", "aiohttp-dropin-uvloop", "aiohttp-asyncio", "nginx"),
 }
 SMALL_SIZES = {"small-4k": 4 << 10, "small-64k": 64 << 10}
 HTTP_SMALL_SIZE = 64 << 10  # http-64k: each response's file
@@ -157,13 +171,16 @@ def build_parser(prog: str | None = None, lag: bool = False) -> argparse.Argumen
     sizes.add_argument(
         "--quick",
         action="store_true",
-        help="a smaller run, three times: "
-        + ("" if lag else "--size 64M ")
-        + "--runs 3 "
-        + ("" if lag else "--requests 300 --conn-size 512K ")
-        + "--lag-clients 5 --lag-size 4M "
-        + ("" if lag else "--upload-size 64M ")
-        + "(options given explicitly still win)",
+        help=(
+            "a short run, five times: --runs 5 --lag-clients 5 --lag-size 4M"
+            if lag
+            else "a short run that answers, a sentence per table, whether aiosendfile is "
+            "faster or slower than nginx and the stock loop here: the large file (plain and "
+            "TLS), 64 KiB responses, concurrent downloads, an upload and aiohttp's 64 KiB "
+            "responses, only the rows those sentences compare, five times, with --size 64M "
+            "--requests 1000 --conn-size 4M --upload-size 64M; the tables go to a file "
+            "(--report) (options given explicitly still win)"
+        ),
     )
     sizes.add_argument(
         "--size",
@@ -254,6 +271,13 @@ def build_parser(prog: str | None = None, lag: bool = False) -> argparse.Argumen
     )
     choice.add_argument("--list", action="store_true", help="list the rows and exit")
     out = parser.add_argument_group("output")
+    out.add_argument(
+        "--report",
+        metavar="FILE",
+        help="write the Markdown report (the tables, how they were measured, the verdict) to "
+        "FILE and end with a short summary on the terminal; - prints it on stdout (the "
+        "default, but with --quick: a new file in the temporary directory)",
+    )
     out.add_argument("--json", metavar="FILE", type=Path, help="also write the results as JSON")
     out.add_argument(
         "--plot",
@@ -279,7 +303,7 @@ def resolve_options(args: argparse.Namespace) -> None:
 
 
 def select_workloads(args: argparse.Namespace) -> list[Workload]:
-    names = list(WORKLOAD_NAMES)
+    names = list(QUICK_ROWS if args.quick else WORKLOAD_NAMES)
     if args.workloads:
         wanted = _patterns(args.workloads, WORKLOAD_ALIASES)
         names = [n for n in ALL_WORKLOADS if any(fnmatch.fnmatchcase(n, p) for p in wanted)]
@@ -328,6 +352,14 @@ def select_workloads(args: argparse.Namespace) -> list[Workload]:
         if workload.ranges and (why := ranges.too_small(workload)):
             raise UsageError(why)
     return chosen
+
+
+def quick_rows(args: argparse.Namespace, workloads: Sequence[Workload]) -> dict[str, Sequence[str]]:
+    """--quick without --only: the rows each of its tables compares (QUICK_ROWS), by
+    workload; a workload not there keeps every row."""
+    if not args.quick or args.only:
+        return {}
+    return {w.name: QUICK_ROWS[w.name] for w in workloads if w.name in QUICK_ROWS}
 
 
 def select_rows(args: argparse.Namespace) -> list[Sender]:
@@ -404,6 +436,7 @@ class Plan:
     rows: dict[str, list[Sender]]  # workload name -> its rows, in registry order
     notes: list[str]
     ftp_example: Path | None = None  # examples/ftp_server.py, where it was found
+    absent: dict[str, str] = dataclasses.field(default_factory=dict)  # row -> why it cannot run
 
     def steps(self, runs: int) -> list[tuple[Workload, int, Sender]]:
         """Every measurement in order: per workload, run after run, rows rotated each run."""
@@ -420,17 +453,28 @@ def make_plan(
     rows: Sequence[Sender],
     have_tls: bool,
     ftp_example: Path | None = None,
+    keep: Mapping[str, Sequence[str]] = {},
 ) -> Plan:
+    """`keep`: workload -> the only rows it runs (`quick_rows`); the others run every row
+    that serves them."""
+
+    def serves(row: Sender, workload: Workload) -> bool:
+        return workload.name in row.workloads and row.name in keep.get(workload.name, (row.name,))
+
+    if keep:  # nothing said about rows that were never going to run
+        rows = [row for row in rows if any(serves(row, w) for w in workloads)]
     runnable: list[Sender] = []
+    absent: dict[str, str] = {}
     skipped: dict[str, list[str]] = {}
     for row in rows:
         reason = missing(row, have_tls, ftp_example)
         if reason is None:
             runnable.append(row)
         else:
+            absent[row.name] = reason
             skipped.setdefault(reason, []).append(f"`{row.name}`")
     notes = [f"skipped, as {reason}: {', '.join(names)}" for reason, names in skipped.items()]
-    by_workload = {w.name: [r for r in runnable if w.name in r.workloads] for w in workloads}
+    by_workload = {w.name: [r for r in runnable if serves(r, w)] for w in workloads}
     kept = [w for w in workloads if by_workload[w.name]]
     for workload in workloads:
         if by_workload[workload.name]:
@@ -447,7 +491,7 @@ def make_plan(
             "nothing to run: no selected row serves a selected workload"
             + "".join(f"; {note}" for note in notes)
         )
-    return Plan(kept, by_workload, notes, ftp_example)
+    return Plan(kept, by_workload, notes, ftp_example, absent)
 
 
 def measure_all(
@@ -490,7 +534,9 @@ def measure_all(
 
 
 def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    before = busy.Watch()  # while the run sets up: its own work is left out
     workloads = select_workloads(args)
+    keep = quick_rows(args, workloads)
     rows = select_rows(args)
     cores = placement(args)
     example = ftp_example(args)
@@ -503,7 +549,7 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
         directory = Path(cleanup.enter_context(scratch))
         have_tls = any(r.transport == "tls" for r in rows)
         tls = files.make_certificates(directory) if have_tls else None
-        plan = make_plan(workloads, rows, tls is not None, example)
+        plan = make_plan(workloads, rows, tls is not None, example, keep)
         for note in plan.notes:
             print(f"note: {note}", file=sys.stderr)
         served: dict[str, Served] = {}
@@ -513,10 +559,15 @@ def run_bench(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 served[workload.name] = twin
             else:
                 served[workload.name] = make_served(workload, directory, cleanup)
-        progress = Progress(len(plan.steps(args.runs)), sys.stderr, not args.no_progress)
+        load = {"before": before.stop(busy.WINDOW)}
+        print(f"load: {load['before'].describe()}", file=sys.stderr)
+        steps = len(plan.steps(args.runs))
+        progress = Progress(steps, sys.stderr, not args.no_progress, terse=args.quick)
         cleanup.callback(progress.close)
+        during = busy.Watch()
         samples, failures = measure_all(plan, args.runs, served, tls, cores, progress)
-    return write_results(args, argv, plan, samples, failures, cores, package)
+        load["during"] = during.stop()
+    return write_results(args, argv, plan, samples, failures, cores, package, load)
 
 
 def _same_file(
@@ -568,9 +619,13 @@ def write_results(
     failures: Sequence[Failure],
     cores: Placement,
     package: str,
+    load: Mapping[str, busy.Busy] | None = None,
 ) -> int:
-    """Markdown on stdout, and the JSON and the plot where asked; the exit status."""
+    """The Markdown report on stdout, or in a file and a summary on stdout (`--report`,
+    `--quick`); the JSON and the plot where asked; the exit status."""
     sections = build_sections(plan.workloads, plan.rows, samples, failures)
+    roles = {name: row.role for name, row in REGISTRY.items()}
+    loops = {name: loop for name, row in REGISTRY.items() if (loop := row.loop_name())}
     notes = list(plan.notes)
     cipher = next((s.cipher for s in samples if s.cipher), None)
     if cipher:
@@ -588,14 +643,21 @@ def write_results(
         # Held to targets only in developer mode: a user compares with peers and the limit.
         verdicts=targets.evaluate(sections) if args.targets else [],
         titles={name: row.title for name, row in REGISTRY.items()},
-        roles={name: row.role for name, row in REGISTRY.items()},
-        loops={name: loop for name, row in REGISTRY.items() if (loop := row.loop_name())},
+        roles=roles,
+        loops=loops,
         failures=failures,
         notes=notes,
         placement=cores,
         quick=args.quick,
+        busy=load or {},
+        summary=summary.sentences(sections, roles, loops, plan.absent),
     )
-    print(report.markdown(result), flush=True)
+    destination = report_file(args)
+    if destination is None:
+        print(report.markdown(result), flush=True)
+    else:
+        destination.write_text(report.markdown(result) + "\n")
+        print(summary.terminal(result, destination), flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps(report.to_json(result), indent=1) + "\n")
     if args.plot is not None:
@@ -603,6 +665,17 @@ def write_results(
 
         plot(str(args.plot), sections, dict(result.machine), result.command, cores)
     return 1 if any(not failure.unsupported for failure in failures) else 0
+
+
+def report_file(args: argparse.Namespace) -> Path | None:
+    """Where the Markdown report goes: None for stdout."""
+    if args.report == "-" or (args.report is None and not args.quick):
+        return None
+    if args.report is not None:
+        return Path(args.report)
+    made, name = tempfile.mkstemp(prefix="aiosendfile-bench-", suffix=".md")
+    os.close(made)
+    return Path(name)
 
 
 def build_sections(

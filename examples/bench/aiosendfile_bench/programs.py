@@ -22,6 +22,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -167,9 +168,10 @@ def children_by_parent() -> dict[int, list[int]]:
     return parents
 
 
-def tree(pid: int) -> list[int]:
-    """`pid` and every process descended from it."""
-    parents = children_by_parent()
+def tree(pid: int, parents: Mapping[int, list[int]] | None = None) -> list[int]:
+    """`pid` and every process descended from it; `parents`: children_by_parent(), where
+    the caller has it."""
+    parents = children_by_parent() if parents is None else parents
     found, todo = [], [pid]
     while todo:
         current = todo.pop()

@@ -7,14 +7,17 @@ from typing import IO
 
 
 class Progress:
-    """A bar on a terminal; otherwise one line per measurement (logs, CI)."""
+    """A bar on a terminal; otherwise one line per measurement (logs, CI), or with
+    `terse` one per workload (its name, the first word of each text)."""
 
-    def __init__(self, total: int, stream: IO[str], enabled: bool) -> None:
+    def __init__(self, total: int, stream: IO[str], enabled: bool, terse: bool = False) -> None:
         self.total = total
         self.stream = stream
         self.enabled = enabled
         self.tty = enabled and stream.isatty()
+        self.terse = terse
         self.started = time.monotonic()
+        self._workload = ""
 
     def show(self, done: int, text: str) -> None:
         if not self.enabled:
@@ -27,8 +30,11 @@ class Progress:
             bar = "#" * filled + "." * (width - filled)
             line = f"[{bar}] {done}/{self.total} {clock} {text}"
             self.stream.write("\r\x1b[K" + line[:160])
-        else:
+        elif not self.terse:
             self.stream.write(f"[{done}/{self.total} {clock}] {text}\n")
+        elif (workload := text.partition(" ")[0]) != self._workload:
+            self._workload = workload
+            self.stream.write(f"[{done}/{self.total} {clock}] {workload}\n")
         self.stream.flush()
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import ranges, verdict
+from .busy import Busy
 from .results import MIB, NOISE, Failure, RowFigures, Sample, Section, disagree
 from .targets import Verdict
 from .workloads import Placement
@@ -38,6 +39,9 @@ class Run:
     # row -> its role (senders.Sender.role) and its event loop, for the verdict
     roles: Mapping[str, str] = dataclasses.field(default_factory=dict)
     loops: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # How busy other processes kept the machine: "before" the run started, "during" it.
+    busy: Mapping[str, Busy] = dataclasses.field(default_factory=dict)
+    summary: Sequence[str] = ()  # summary.sentences(): one per section
 
 
 def machine_info(package: str) -> dict[str, Any]:
@@ -91,8 +95,10 @@ def markdown(run: Run) -> str:
         f"Machine: {describe_machine(run.machine)}.",
         f"Date: {run.machine['date']}.",
         f"Command: `{run.command}`",
-        "",
     ]
+    if run.busy:
+        lines.append(f"Load: {describe_busy(run.busy)}.")
+    lines.append("")
     kinds = {section.workload.kind for section in run.sections if not section.workload.http}
     if kinds & {"stream", "requests"}:
         lines.append(SENDING)
@@ -478,6 +484,12 @@ def _mib(value: int | None) -> str:
     return "-" if value is None else f"{value / MIB:.1f}"
 
 
+def describe_busy(busy: Mapping[str, Busy]) -> str:
+    """Each look taken, in words: "before the run, machine idle (...); during it, ..."."""
+    said = {"before": "before the run", "during": "during it"}
+    return "; ".join(f"{said.get(when, when)}, {look.describe()}" for when, look in busy.items())
+
+
 def human_size(size: int) -> str:
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if size >= 1 << shift and size % (1 << shift) == 0:
@@ -513,6 +525,8 @@ def to_json(run: Run) -> dict[str, Any]:
         "verdict": verdict.lines(run.sections, run.roles, run.loops),
         "failures": [dataclasses.asdict(failure) for failure in run.failures],
         "notes": list(run.notes),
+        "busy": {when: look.to_dict() for when, look in run.busy.items()},
+        "summary": list(run.summary),
     }
 
 
