@@ -65,7 +65,7 @@ class Capabilities:
     lookup_hook: bool = _capability(
         "aiohttp stats and opens the path itself, symlinks followed and a FIFO's open waited"
         " for in its executor (with directory=, the file and its siblings are checked beneath"
-        " it first)"
+        " it first); the file itself is answered without Vary, even where it has a sibling"
     )
     # 3.10.2-3.14: prepare() answers the lookup's OSErrors (403 or 404, by version).
     lookup_errors_answered: bool = _capability(

@@ -11,9 +11,10 @@ Statuses and headers are aiohttp's own (this class is aiohttp's FileResponse wit
 hook replaced), but for If-Range: the range is served only of the file the client
 holds (RFC 9110; aiohttp serves it for any entity tag); for several ranges, which get
 a 206 multipart/byteranges (or 200, or 416) as nginx answers them with max_ranges 100,
-where aiohttp answers 416; and for a .br or .gz sibling, taken only for an
+where aiohttp answers 416; for a .br or .gz sibling, taken only for an
 Accept-Encoding that accepts its coding (a q-value above 0; aiohttp takes it for any
-coding named).  The body differs:
+coding named); and for Vary: Accept-Encoding, said on every answer about a file that
+has a sibling (aiohttp says it only with the sibling).  The body differs:
 `aiosendfile.send()` sends it, zero-copy on plain sockets on the stock loop and on
 uvloop, buffered on TLS, with the response header in the same segment as the file's
 first bytes. A file that shrinks while it is
@@ -66,10 +67,12 @@ from typing import IO, Any, ClassVar
 
 from aiohttp import hdrs, web
 from aiohttp.abc import AbstractStreamWriter
+from multidict import CIMultiDict
 
 from . import _beneath, _files
 from ._aiohttp_compat import (
     NOSENDFILE,
+    SIBLINGS,
     FileResponseHooks,
     Lookup,
     StaticResourceHooks,
@@ -115,7 +118,8 @@ class FileResponse(FileResponseHooks):
         super().__init__(path, *args, **kwargs)
         self._beneath = beneath
         self._opened: _OpenedPath | None = None  # opened for aiohttp, until it takes it
-        self._looked_up: Lookup | None = None  # made before aiohttp's prepare(), for its call
+        # Made before aiohttp's prepare(), for its call: the lookup, and whether it varies.
+        self._looked_up: tuple[Lookup, bool] | None = None
         self._multipart: _Multipart | None = None  # several ranges to answer, once decided
 
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
@@ -137,7 +141,7 @@ class FileResponse(FileResponseHooks):
         `directory` is given, the lookup is made first (`_look_up_first()`).
         """
         accept_encoding = request.headers.get(hdrs.ACCEPT_ENCODING, "").lower()
-        if self._looks_up_on_loop() and _lookups_cached(self._file, accept_encoding):
+        if self._looks_up_on_loop() and _lookups_cached(self._file):
             return await self._prepare_looked_up_here(request, accept_encoding)
         capabilities = self._capabilities
         if not capabilities.lookup_errors_answered or (
@@ -171,7 +175,7 @@ class FileResponse(FileResponseHooks):
             return web.HTTPForbidden.status_code
         except OSError:
             return web.HTTPNotFound.status_code
-        if looked_up[0] is None:
+        if looked_up[0][0] is None:
             return web.HTTPForbidden.status_code
         if hooked:
             self._looked_up = looked_up
@@ -185,9 +189,21 @@ class FileResponse(FileResponseHooks):
         """aiohttp's lookup (in its executor, or on the loop), which finds the file to
         send and stats it: here it opens it first (beneath `directory`, if given),
         and stats what it opened; aiohttp's open() of the path it is given hands
-        over that same file."""
-        looked_up, self._looked_up = self._looked_up, None
-        return looked_up or self._open_for_response(siblings)
+        over that same file.
+
+        Where the file has a sibling, every answer about it (the file itself, a 304,
+        a 412, a 416 too) says Vary: Accept-Encoding, as RFC 9110 (section 12.5.5)
+        asks: aiohttp says it only with the sibling, and a shared cache would keep
+        the file itself for every client.  Set here, wherever the lookup runs:
+        aiohttp makes every answer about the file after it, and nothing else touches
+        the response meanwhile (where it sends the sibling, aiohttp sets the same
+        value over it).
+        """
+        found, self._looked_up = self._looked_up, None
+        looked_up, varies = found or self._open_for_response(siblings)
+        if varies:
+            _vary_on_accept_encoding(self.headers)
+        return looked_up
 
     def _after_executor_lookup(self) -> None:
         """The first response of a directory finds out whether the directory's
@@ -196,14 +212,16 @@ class FileResponse(FileResponseHooks):
 
     def _open_for_response(
         self, siblings: Sequence[tuple[str, str]], strict: bool = False
-    ) -> Lookup:
+    ) -> tuple[Lookup, bool]:
         """The first regular sibling (path + extension, never a symlink) that opens,
-        else the file itself: (the opened path, its stat, the sibling's encoding).
+        else the file itself: (the opened path, its stat, the sibling's encoding),
+        and whether the file has a sibling of aiohttp's (SIBLINGS), whichever the
+        request accepts: its answers vary with Accept-Encoding.
         The path is None where the file is not a regular file (aiohttp answers 403).
         `strict`: a sibling that is there but refused (a symlink) raises."""
         for extension, encoding in siblings:
             try:
-                opened, st = self._open(self._file.with_name(self._file.name + extension), True)
+                opened, st = self._open(self._sibling(extension), True)
             except FileNotFoundError:
                 continue
             except (OSError, ValueError):
@@ -211,21 +229,32 @@ class FileResponse(FileResponseHooks):
                     raise
                 continue  # as aiohttp's lstat() that fails: no such sibling
             if opened is not None:
-                return opened, st, encoding
+                return (opened, st, encoding), True
         opened, st = self._open(self._file, False)
-        return opened, st, None
+        tried = {extension for extension, _ in siblings}
+        varies = opened is not None and any(
+            self._has_sibling(extension) for extension, _ in SIBLINGS if extension not in tried
+        )
+        return (opened, st, None), varies
+
+    def _sibling(self, extension: str) -> pathlib.Path:
+        return self._file.with_name(self._file.name + extension)
+
+    def _has_sibling(self, extension: str) -> bool:
+        """Whether the sibling is one a request accepting its coding would get: a
+        regular file, no symlink, that opens."""
+        try:
+            fd = self._open_fd(self._sibling(extension), True, _READ_FLAGS)
+        except (OSError, ValueError):
+            return False
+        try:
+            return stat.S_ISREG(os.fstat(fd).st_mode)
+        finally:
+            os.close(fd)
 
     def _open(self, path: pathlib.Path, sibling: bool) -> tuple[_OpenedPath | None, os.stat_result]:
         """Opens `path` for reading (None for what is not a regular file, closed again)."""
-        # O_NONBLOCK: a FIFO swapped in after aiohttp's check must not block the open
-        # (on the loop, or an executor thread for good).
-        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-        if self._beneath is not None:
-            # Relative by name only: a `..` where it leads out, refused by the open.
-            relative = os.path.relpath(path, self._beneath)
-            fd = _beneath.open_beneath(self._beneath, relative, flags)
-        else:
-            fd = os.open(path, flags | (os.O_NOFOLLOW if sibling else 0))
+        fd = self._open_fd(path, sibling, _READ_FLAGS)
         try:
             st = os.fstat(fd)
             regular = stat.S_ISREG(st.st_mode)
@@ -241,6 +270,15 @@ class FileResponse(FileResponseHooks):
         opened = _OpenedPath(path, open(path, "rb", opener=lambda _name, _flags: fd))
         self._opened = opened
         return opened, st
+
+    def _open_fd(self, path: pathlib.Path, sibling: bool, flags: int) -> int:
+        """Opens `path` with `flags`: beneath `directory` if given, a sibling never
+        through a symlink."""
+        if self._beneath is not None:
+            # Relative by name only: a `..` where it leads out, refused by the open.
+            relative = os.path.relpath(path, self._beneath)
+            return _beneath.open_beneath(self._beneath, relative, flags)
+        return os.open(path, flags | (os.O_NOFOLLOW if sibling else 0))
 
     # --- ranges: where the drop-in decides whether a Range is served, and how ---
 
@@ -350,6 +388,10 @@ class FileResponse(FileResponseHooks):
         return writer
 
 
+# O_NONBLOCK: a FIFO swapped in after aiohttp's check must not block the open (on the
+# loop, or an executor thread for good).
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
 # The most ranges a request is answered with part by part; past it, the whole file
 # (200), as nginx answers past its max_ranges.  Each part costs a send() and its
 # framing; the parts' sum never exceeds the file (see _ranges_asked()).
@@ -448,10 +490,11 @@ def _if_range_holds(request: web.BaseRequest, st: os.stat_result) -> bool:
     return date == last_modified and time.time() >= last_modified.timestamp() + 1
 
 
-def _lookups_cached(path: pathlib.Path, accept_encoding: str) -> bool:
+def _lookups_cached(path: pathlib.Path) -> bool:
     """Whether aiohttp's lookups wait for nothing: `path`'s directory is on a local
-    filesystem, and `path` and the .br/.gz siblings it may lstat() for
-    `accept_encoding` are in the dentry cache (present, or known absent).
+    filesystem, and `path` and its .br/.gz siblings (each looked for, whatever the
+    request accepts: see FileResponse._look_up()) are in the dentry cache (present,
+    or known absent).
 
     A look with openat2(RESOLVE_CACHED, O_PATH): no file is opened for reading (a
     FIFO or a device is left alone) and no filesystem is asked anything.
@@ -465,13 +508,24 @@ def _lookups_cached(path: pathlib.Path, accept_encoding: str) -> bool:
         name = os.fspath(path)
         if not _cached(name, dev, os.O_PATH, missing_ok=False):
             return False
-        for extension, _ in siblings(accept_encoding):
+        for extension, _ in SIBLINGS:
             # path.with_suffix(path.suffix + extension), as aiohttp names the sibling
             if not _cached(name + extension, dev, os.O_PATH | os.O_NOFOLLOW, missing_ok=True):
                 return False
     except (OSError, ValueError):
         return False  # an odd path: aiohttp's path has the last word
     return True
+
+
+def _vary_on_accept_encoding(headers: CIMultiDict[str]) -> None:
+    """Adds Accept-Encoding to the Vary of `headers` (RFC 9110, section 12.5.5), once,
+    in one Vary line with the names the application put there, if any; not where
+    they already name it, or `*`."""
+    lines = headers.getall(hdrs.VARY, ())
+    named = [name.strip() for line in lines for name in line.split(",") if name.strip()]
+    if {name.lower() for name in named} & {"accept-encoding", "*"}:
+        return
+    headers[hdrs.VARY] = ", ".join([*named, hdrs.ACCEPT_ENCODING])
 
 
 def _cached(path: str, dev: int, flags: int, missing_ok: bool, regular: bool = False) -> bool:

@@ -6,7 +6,8 @@ an `aiosendfile.loops` event loop; Range and conditional requests are aiohttp's
 (If-Range the drop-in's: the range only of the file the client holds; several
 ranges the drop-in's, answered as nginx answers them); a .br or .gz file beside the
 one asked for is sent, with its Content-Encoding, to an Accept-Encoding that accepts
-it (q-values honoured).
+it (q-values honoured), and every answer about a file that has one says Vary:
+Accept-Encoding.
 Files are opened beneath the directory: a symlink out of it, or any symlink
 swapped in while a request is under way, is refused (404), unless
 --follow-symlinks asks for symlinks out of the directory to be served.  One

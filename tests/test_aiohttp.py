@@ -39,7 +39,7 @@ except ImportError:
 import aiosendfile._aiohttp_compat
 import aiosendfile.aiohttp
 from aiosendfile._aiohttp_compat import AIOHTTP as AIOHTTP_HAS
-from aiosendfile._aiohttp_compat import CAPABILITIES, Capabilities
+from aiosendfile._aiohttp_compat import CAPABILITIES, SIBLINGS, Capabilities
 from aiosendfile.aiohttp import FileResponse, StaticResource, add_static
 
 from .conftest import pattern
@@ -57,6 +57,7 @@ from .http_cases import (
     etag_of,
     expected_body,
     fetch,
+    fill,
     make_tree,
     raw_connect,
     read_head,
@@ -189,6 +190,24 @@ def check_body(reply: Reply, case: Case, contents: dict[str, bytes], name: str) 
     assert int(reply.headers["Content-Length"]) == len(reply.body)
 
 
+def has_sibling(path: Path) -> bool:
+    """Whether `path` has a sibling aiohttp looks for (.br, .gz; 3.9: .gz), a regular file."""
+    siblings = [path.with_name(path.name + extension) for extension, _ in SIBLINGS]
+    return any(sibling.is_file() and not sibling.is_symlink() for sibling in siblings)
+
+
+def as_ours(stock: Reply, path: Path, drop_ins: DropIns = OURS, static: bool = False) -> Reply:
+    """aiohttp's reply as the drop-ins answer it on purpose: every answer about a file
+    with a sibling says Vary: Accept-Encoding, where aiohttp says it only with the
+    sibling.  Where aiohttp's own lookup runs (no lookup hook; for add_static, no
+    static hook either), aiohttp's reply."""
+    capabilities = drop_ins.capabilities
+    ours = capabilities.lookup_hook and (capabilities.static_hook or not static)
+    if not ours or stock.status not in (200, 206, 304, 412, 416) or not has_sibling(path):
+        return stock
+    return dataclasses.replace(stock, headers={**stock.headers, "Vary": "Accept-Encoding"})
+
+
 # --- one table, both implementations ---
 
 
@@ -198,7 +217,7 @@ async def test_file_response_matches_aiohttp(
 ) -> None:
     root, contents = tree
     stock, ours = await ask_both(root, case, f"/files/{case.target}", etag_of(root / case.target))
-    assert ours.same_as(stock) == []
+    assert ours.same_as(as_ours(stock, root / case.target)) == []
     if NEWEST or len(case.status) > 1:
         assert ours.status in case.status
     check_body(ours, case, contents, case.target)
@@ -216,7 +235,7 @@ async def test_add_static_matches_aiohttp(
 ) -> None:
     root, contents = tree
     stock, ours = await ask_both(root, case, case.target, etag_of(root / "small.txt"))
-    assert ours.same_as(stock) == []
+    assert ours.same_as(as_ours(stock, root / static_file(case), static=True)) == []
     assert ours.status in case.status
     assert SECRET not in ours.body
     if ours.status == 200:
@@ -251,8 +270,8 @@ async def test_add_static_keyword_arguments(tree: tuple[Path, dict[str, bytes]])
         seen.append((url_path, replies))
     (stock_path, stock), (our_path, ours) = seen
     assert our_path == stock_path
-    for mine, theirs in zip(ours, stock, strict=True):
-        assert mine.same_as(theirs) == []
+    for mine, theirs, name in zip(ours, stock, ("small.txt", "sub", "link_out"), strict=True):
+        assert mine.same_as(as_ours(theirs, root / name, static=True)) == []
     assert ours[0].body == contents["small.txt"]
     assert ours[1].status == 200 and b"inner.txt" in ours[1].body  # show_index
     assert ours[2].body == SECRET  # follow_symlinks: a symlink may lead out
@@ -346,7 +365,7 @@ async def test_file_response_on_the_loop_matches_aiohttp(
     (first, second), calls = await ask_ours_twice(root, case, target, etag, executor)
     assert calls == ([], [])  # no stat, open or close in a thread
     for ours in (first, second):
-        assert ours.same_as(stock) == []
+        assert ours.same_as(as_ours(stock, root / case.target)) == []
         check_body(ours, case, contents, case.target)
     assert problems(caplog) == []
 
@@ -371,7 +390,7 @@ async def test_add_static_on_the_loop_matches_aiohttp(
     if second.status in (200, 206, 304) and not linked:
         assert calls[1] == [], "a cached file went to the executor"
     for ours in (first, second):
-        assert ours.same_as(stock) == []
+        assert ours.same_as(as_ours(stock, root / static_file(case), static=True)) == []
         assert SECRET not in ours.body
         if ours.status == 200:
             check_body(ours, case, contents, static_file(case))
@@ -385,10 +404,11 @@ async def test_paths_that_may_wait_go_to_the_executor(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A sibling never looked up (not in the dentry cache) sends the response to the
-    executor, once; a directory whose filesystem is not local, always."""
+    executor, once, whatever the request accepts (every answer says whether the file
+    has one); a directory whose filesystem is not local, always."""
     root, _ = tree
     (root / "plain.txt").write_bytes(b"no siblings")
-    gzip = Case("gzip", "plain.txt", {"Accept-Encoding": "gzip"})
+    (root / "other.txt").write_bytes(b"no siblings either")
     async with (
         serving(make_app(root, ours=True)) as (url, _),
         aiohttp.ClientSession(auto_decompress=False) as session,
@@ -402,10 +422,11 @@ async def test_paths_that_may_wait_go_to_the_executor(
 
         identity = Case("identity", "plain.txt")
         assert await calls(identity) == ["_make_response"]  # the directory's first
-        assert await calls(identity) == []  # local, and cached
-        # plain.txt.gz was never looked up: no dentry, not even a negative one.
-        assert await calls(gzip) == ["_make_response"]
-        assert await calls(gzip) == []  # aiohttp's lstat() left a negative entry
+        assert await calls(identity) == []  # local, and cached, its siblings' absence too
+        # other.txt's siblings were never looked up: no dentry, not even a negative one.
+        other = Case("other", "other.txt")
+        assert await calls(other) == ["_make_response"]
+        assert await calls(other) == []  # the lookup left negative entries
         # A directory on a filesystem that may wait (as FUSE, NFS): always a worker.
         monkeypatch.setattr(aiosendfile.aiohttp._files, "_LOCAL_FILESYSTEMS", frozenset())
         (root / "sub" / "far.txt").write_bytes(b"far")
@@ -413,6 +434,108 @@ async def test_paths_that_may_wait_go_to_the_executor(
         assert await calls(far) == ["_make_response"]
         assert await calls(far) == ["_make_response"]
         assert await calls(identity) == []
+
+
+# --- Vary: Accept-Encoding on every answer about a file with a sibling ---
+
+SEVERAL = 206 if AIOHTTP_HAS.range_hook else 416  # before 3.11.10, several ranges are aiohttp's
+# Each asked of small.txt (a .gz and a .br beside it) and of mid.bin (no sibling): no
+# target of their own.
+VARY_CASES = [
+    Case("no-accept-encoding", ""),
+    Case("codings-refused", "", {"Accept-Encoding": "gzip;q=0, br;q=0"}),
+    Case("sibling", "", {"Accept-Encoding": "gzip"}),
+    Case("head", "", method="HEAD"),
+    Case("if-none-match", "", {"If-None-Match": "{etag}"}, status=(304,)),
+    Case("if-modified-since", "", {"If-Modified-Since": "{lastmod}"}, status=(304,)),
+    Case("if-match-other", "", {"If-Match": '"other"'}, status=(412,)),
+    Case("if-unmodified-since-past", "", {"If-Unmodified-Since": "{past}"}, status=(412,)),
+    Case("range", "", {"Range": "bytes=0-9"}, status=(206,)),
+    Case("range-head", "", {"Range": "bytes=0-9"}, method="HEAD", status=(206,)),
+    Case("ranges", "", {"Range": "bytes=0-9,20-29"}, status=(SEVERAL,)),
+    Case("ranges-head", "", {"Range": "bytes=0-9,20-29"}, method="HEAD", status=(SEVERAL,)),
+    Case("range-past-end", "", {"Range": "bytes=99999999-"}, status=(416,)),
+]
+
+
+async def vary_of(
+    session: aiohttp.ClientSession, url: str, case: Case, etag: str
+) -> tuple[int, list[str], str | None]:
+    """`case` asked of `url`: (status, every Vary line, Content-Encoding)."""
+    headers = {k: fill(v, etag) for k, v in case.headers.items()}
+    async with session.request(case.method, url, headers=headers) as resp:
+        await resp.read()
+        return resp.status, resp.headers.getall("Vary", []), resp.headers.get("Content-Encoding")
+
+
+@pytest.mark.parametrize("lookup", [pytest.param("loop", marks=on_the_loop), "executor"])
+@pytest.mark.parametrize("route", ["/files/{}", "/confined?name={}", "/static/{}"])
+async def test_vary_on_every_answer_of_a_file_with_siblings(
+    route: str,
+    lookup: str,
+    tree: tuple[Path, dict[str, bytes]],
+    executor: RecordingExecutor,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A file with a .gz or .br sibling: every answer says Vary: Accept-Encoding, once
+    (RFC 9110, section 12.5.5: a cache must not give the file itself to a client
+    that accepts the sibling, nor the sibling to one that does not), the file
+    itself too (aiohttp says it only with the sibling): 200, HEAD, 304, 412, 206 of
+    one range and of several, 416; a file without a sibling, no Vary (as aiohttp).
+    Looked up on the loop (once the directory's first response found it cached) and
+    in the executor alike."""
+    root, contents = tree
+    drop_ins = OURS if lookup == "loop" else drop_ins_without("look_up_on_loop")
+    async with (
+        serving(app_of(root, drop_ins)) as (url, _),
+        # No Accept-Encoding but the case's: aiohttp's client would ask for gzip.
+        aiohttp.ClientSession(
+            auto_decompress=False, skip_auto_headers=["Accept-Encoding"]
+        ) as session,
+    ):
+        for name in ("small.txt", "mid.bin"):  # the directory's first lookups
+            async with session.get(url + route.format(name)) as resp:
+                assert (resp.status, await resp.read()) == (200, contents[name])
+        executor.calls.clear()
+        wrong = []  # every answer that differs: (case, file, what came, what was due)
+        for case in VARY_CASES:
+            for name, vary in (("small.txt", ["Accept-Encoding"]), ("mid.bin", [])):
+                sibling = case.id == "sibling" and name == "small.txt"
+                due = (case.status[0], vary, "gzip" if sibling else None)
+                came = await vary_of(session, url + route.format(name), case, etag_of(root / name))
+                if came != due:
+                    wrong.append((case.id, name, came, due))
+    assert wrong == []
+    if lookup == "loop":
+        assert "_make_response" not in executor.calls
+    assert problems(caplog) == []
+
+
+async def test_vary_joins_the_applications_own(tree: tuple[Path, dict[str, bytes]]) -> None:
+    """An application's own Vary (one line or several) keeps its names, Accept-Encoding
+    added once in the same line; a Vary that names it already, or `*`, stays as it is."""
+    root, _ = tree
+    given = {
+        "origin": (["Origin"], "Origin, Accept-Encoding"),
+        "two-lines": (["Origin", "Cookie"], "Origin, Cookie, Accept-Encoding"),
+        "named": (["Origin, accept-encoding"], "Origin, accept-encoding"),
+        "star": (["*"], "*"),
+    }
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        names, _ = given[request.match_info["given"]]
+        return FileResponse(root / "small.txt", headers=[("Vary", name) for name in names])
+
+    app = web.Application()
+    app.router.add_get("/{given}", handler)
+    async with (
+        serving(app) as (url, _),
+        aiohttp.ClientSession(skip_auto_headers=["Accept-Encoding"]) as session,
+    ):
+        for key, (_, vary) in given.items():
+            async with session.get(f"{url}/{key}") as resp:
+                assert resp.status == 200
+                assert resp.headers.getall("Vary") == [vary], key
 
 
 # --- curl ---
@@ -1033,6 +1156,7 @@ async def test_add_static_refuses_a_symlinked_sibling(tmp_path: Path) -> None:
             async with session.get(f"{url}/s/page.txt", headers={"Accept-Encoding": "gzip"}) as r:
                 assert (r.status, await r.read()) == (200, b"page")
                 assert "Content-Encoding" not in r.headers
+                assert "Vary" not in r.headers  # no sibling is ever sent: none to vary on
 
 
 # Swaps the target between a hard link of `regular` and one of the FIFO `fifo` for
@@ -1109,16 +1233,18 @@ async def test_without_a_capability_answers_as_aiohttp(
     same statuses and headers, bodies byte-exact; and one DEBUG line saying what runs
     instead."""
     root, contents = tree
-    asks = [(f"/files/{case.target}", case, case.target) for case in FILE_CASES]
-    asks += [(case.target, case, "small.txt") for case in STATIC_CASES]
+    # (target, case, the file its ETag is of, the file it serves, whether by add_static)
+    asks = [(f"/files/{case.target}", case, case.target, case.target, False) for case in FILE_CASES]
+    asks += [(case.target, case, "small.txt", static_file(case), True) for case in STATIC_CASES]
     async with (
         serving(make_app(root, ours=False)) as (stock_url, _),
         serving(app_of(root, without)) as (url, _),
         aiohttp.ClientSession(auto_decompress=False) as session,
     ):
-        for target, case, etag_file in asks:
+        for target, case, etag_file, name, static in asks:
             etag = etag_of(root / etag_file)
             stock = await fetch(session, stock_url + target, case, etag)
+            stock = as_ours(stock, root / name, without, static)
             for _ in range(2):
                 ours = await fetch(session, url + target, case, etag)
                 assert ours.same_as(stock) == [], case.id

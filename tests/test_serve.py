@@ -682,14 +682,20 @@ def test_serve_stops_within_the_grace(
 # --- pre-compressed siblings (.br, .gz) and several ranges ---
 
 
-def fetched(url: str, *args: str) -> tuple[int, dict[str, str], bytes]:
-    """curl --include: (status, headers by lower-case name, body)."""
+def fetched_lines(url: str, *args: str) -> tuple[int, list[tuple[str, str]], bytes]:
+    """curl --include: (status, the header lines as (lower-case name, value), body)."""
     out = curl("--include", *args, url)
     assert out.returncode == 0, out.stderr
     head, _, body = out.stdout.partition(b"\r\n\r\n")
     status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers = {k.lower(): v for k, v in (line.split(": ", 1) for line in lines)}
-    return int(status_line.split()[1]), headers, body
+    fields = [(k.lower(), v) for k, v in (line.split(": ", 1) for line in lines)]
+    return int(status_line.split()[1]), fields, body
+
+
+def fetched(url: str, *args: str) -> tuple[int, dict[str, str], bytes]:
+    """curl --include: (status, headers by lower-case name, body)."""
+    status, fields, body = fetched_lines(url, *args)
+    return status, dict(fields), body
 
 
 def byteranges(headers: dict[str, str], body: bytes) -> list[tuple[str, bytes]]:
@@ -745,7 +751,7 @@ def test_serve_precompressed_siblings_with_ranges(
     ]:
         status, headers, body = fetched(url, "-H", f"Accept-Encoding: {accept}")
         assert (status, headers.get("content-encoding"), body) == (200, encoding, data), accept
-        assert headers.get("vary") == ("Accept-Encoding" if encoding else None), accept
+        assert headers.get("vary") == "Accept-Encoding", accept  # the file itself's too
         assert int(headers["content-length"]) == len(data)
         assert headers["content-type"].startswith("text/plain")
 
@@ -768,3 +774,49 @@ def test_serve_precompressed_siblings_with_ranges(
     assert code == 0 and "Traceback" not in log, log
     paths = {fields[2] for fields in log_lines(log, "GET /page.txt")}
     assert paths <= {"quick", "zerocopy"}, log
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_serve_vary_on_every_answer_of_a_file_with_siblings(
+    tmp_path: Path, server_factory: list[Server], loop: str
+) -> None:
+    """Every answer about a file with a .gz or .br sibling says Vary: Accept-Encoding,
+    in one line, the file itself included (no Accept-Encoding, codings refused), as
+    nginx's gzip_static with gzip_vary: a shared cache keeps one answer per coding.
+    A file without a sibling: no Vary."""
+    root = tmp_path / "site"
+    root.mkdir()
+    text = pattern(5000, seed=6)
+    for name in ("page.txt", "plain.txt"):
+        (root / name).write_bytes(text)
+    (root / "page.txt.gz").write_bytes(gzip.compress(text, mtime=0))
+    server = start_server(root, "--loop", loop)
+    server_factory.append(server)
+    several = 206 if AIOHTTP_HAS.range_hook else 416  # before aiohttp 3.11.10: aiohttp's 416
+    asks = [  # (what is asked, the status due)
+        ([], 200),
+        (["-H", "Accept-Encoding: gzip;q=0, br;q=0"], 200),
+        (["-H", "Accept-Encoding: gzip"], 200),
+        (["--head"], 200),
+        (["-H", "If-None-Match: {etag}"], 304),
+        (["-H", "If-Modified-Since: {last_modified}"], 304),
+        (["-H", 'If-Match: "other"'], 412),
+        (["-r", "0-9"], 206),
+        (["-r", "0-9,20-29"], several),
+        (["--head", "-r", "0-9,20-29"], several),
+        (["-r", "99999-"], 416),
+    ]
+    wrong = []  # (file, what was asked, what came, what was due)
+    for name, vary in (("page.txt", ["Accept-Encoding"]), ("plain.txt", [])):
+        url = f"{server.url}{name}"
+        _, headers, _ = fetched(url, "--head")
+        validators = {"etag": headers["etag"], "last_modified": headers["last-modified"]}
+        for args, status in asks:
+            asked = [arg.format(**validators) for arg in args]
+            got, fields, _ = fetched_lines(url, *asked)
+            came = (got, [value for field, value in fields if field == "vary"])
+            if came != (status, vary):
+                wrong.append((name, asked, came, (status, vary)))
+    code, log = server.stop()
+    assert code == 0 and "Traceback" not in log, log
+    assert wrong == []
