@@ -15,9 +15,8 @@ owed: the rest of the header, the file from `offset + sent`, the trailer.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator
+from types import TracebackType
 from typing import Any
 
 from .. import _core
@@ -60,6 +59,7 @@ class Transfer:
         self.sent = 0  # file bytes handed to the kernel or the transport
         self._progress = progress
         self.choice: PathChoice | None = None
+        self._turn = send_hold(self.transport, self.flow.stream_writer)  # hold()'s
         self._running = False  # the path is taken: its position is set, a broken stream closed
         # The file: given open, checked now; a path, opened by a worker meanwhile.
         self._source: Source | None = None
@@ -71,27 +71,44 @@ class Transfer:
         else:
             self._opening = opened
 
-    @contextlib.asynccontextmanager
-    async def hold(self) -> AsyncIterator[None]:
-        """The send's turn on its transport, after every send called before it.
+    def hold(self) -> Transfer:
+        """`async with transfer.hold()`: the send's turn on its transport, after every
+        send called before it.
 
         A file given open is checked first (bad input raises before the turn);
         writes are refused and the turn taken from the call on all the same, so
-        sends run in call order.  On every way out: a path still opening dropped
-        (the queue closes what it opens anyway), a broken stream closed, the
-        file's position set once its path was taken (ready()), the file closed.
+        sends run in call order.  On every way out, the turn passed on first, then:
+        a path still opening dropped (the queue closes what it opens anyway), a
+        broken stream closed, the file's position set once its path was taken
+        (ready()), the file closed.  (A class's own enter and exit, not a generator:
+        this runs for every send that leaves the quick route.)
         """
+        return self
+
+    async def __aenter__(self) -> None:
         try:
             if self._source is not None:
                 self._prepare(self._source)
-            async with send_hold(self.transport, self.flow.stream_writer):
-                yield
+            await self._turn.__aenter__()
         except BaseException as exc:
-            if self._opening is not None:
-                self._opening.cancel()
-            if self._running and isinstance(exc, ConnectionError):
-                self.transport.abort()  # send()'s docstring, "Peer gone": closed
+            await self._leave(exc)
             raise
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            await self._turn.__aexit__(kind, exc, tb)
+        finally:
+            await self._leave(exc)
+
+    async def _leave(self, exc: BaseException | None) -> None:
+        try:
+            if exc is not None:
+                if self._opening is not None:
+                    self._opening.cancel()
+                if self._running and isinstance(exc, ConnectionError):
+                    self.transport.abort()  # send()'s docstring, "Peer gone": closed
         finally:
             if self._running:
                 self.source.set_position(self.position)
