@@ -304,6 +304,13 @@ class SendfileEngine:
             exc = OSError(err, f"{call}: {os.strerror(err)}")
             action = classify(exc, file_bytes_sent=t.sent)
             self.failure = ZeroCopyRefused(str(exc)) if action is Action.FALLBACK else exc
+        elif state == pump.QUEUED:
+            # Judged now, while the bytes are still queued: by the time the send's task
+            # runs, the transport may have flushed them among the file's.
+            try:
+                self.refuse_foreign_write()
+            except ForeignWrite as refused:
+                self.failure = refused
 
     def refuse_foreign_write(self) -> None:
         """Bytes the transport queued after ours began were written around the send
