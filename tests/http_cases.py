@@ -1,4 +1,4 @@
-"""What tests/test_aiohttp.py serves and asks: the files, the request cases, the clients.
+"""What tests/aiohttp_dropin/ serves and asks: the files, the request cases, the clients.
 
 One table of requests runs against aiohttp's own FileResponse (and add_static) and
 against aiosendfile.aiohttp's; every case must get the same status and headers from

@@ -1,4 +1,4 @@
-"""What tests/test_uvicorn*.py serve and ask: the files, the apps, uvicorn in-process, the table.
+"""What tests/asgi/ serves and asks: the files, the apps, uvicorn in-process, the table.
 
 The same ASGI app is served by uvicorn's own protocol class and by aiosendfile's
 (`serving()`, in the test's loop, on a listening socket of 127.0.0.1), and the

@@ -1,7 +1,7 @@
 """Repeats send() through its success and error paths; prints, as JSON, the
 descriptors and RSS after a warm-up and at the end (tests.footprint.growth_over).
 
-Run in a subprocess by tests/test_leaks.py (multidict's tests/isolated/ idea):
+Run in a subprocess by tests/reliability/test_leaks.py (multidict's tests/isolated/ idea):
 a leak shows as growth between the warm-up and the end, in a process that
 runs nothing else.  Usage: leak_check.py LOOP CORE ROUNDS
 """

@@ -1,7 +1,7 @@
 """Repeats receive() through its success and error paths; prints, as JSON, the
 descriptors and RSS after a warm-up and at the end (tests.footprint.growth_over).
 
-Run in a subprocess by tests/test_leaks.py, as leak_check.py is for send(): a
+Run in a subprocess by tests/reliability/test_leaks.py, as leak_check.py is for send(): a
 leak shows as growth between the warm-up and the end.  Usage:
 receive_leak_check.py LOOP CORE ROUNDS
 """

@@ -1,7 +1,7 @@
 """The fault storm at soak size: on each loop and core, 2,600 downloads and 2,100
 uploads, 256 at a time, with more than 1,000 sends and 1,000 receives cancelled at
 random moments, peers stopping for up to 3 s, and every other fault of
-tests/test_fault_storm.py at once."""
+tests/reliability/test_fault_storm.py at once."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from aiosendfile._core import Core
 
-from ..test_fault_storm import check_storm, fault_disks_mounted, run_storm
+from ..reliability.test_fault_storm import check_storm, fault_disks_mounted, run_storm
 
 pytestmark = pytest.mark.soak
 

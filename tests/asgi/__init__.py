@@ -1,0 +1,1 @@
+"""The ASGI integrations: aiosendfile/starlette.py, uvicorn.py and _asgi/."""

@@ -1,0 +1,1 @@
+"""Files opened by path: aiosendfile/_files.py and _beneath.py."""

@@ -1,0 +1,1 @@
+"""The project around the package: its docs, version, bench and test run."""

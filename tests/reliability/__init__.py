@@ -1,0 +1,1 @@
+"""The engine as a whole under faults and over time: leaks and the fault storm."""

@@ -1,0 +1,1 @@
+"""The servers: aiosendfile/serve.py, worker.py, and the programs of examples/."""
