@@ -1,6 +1,6 @@
 """A server for test_django_memory.py: python serve_django.py ROOT stock|ours.
 
-tests/django/project.py over ROOT, on stock uvicorn (httptools, the asyncio loop),
+tests/django_dropin/project.py over ROOT, on stock uvicorn (httptools, the asyncio loop),
 with Django's own handler ("stock") or aiosendfile.django's ("ours"); prints the
 port it listens on, then serves until SIGTERM.  Its parent reads its peak
 resident memory in /proc/PID/status.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import uvicorn
 
-from tests.django import project
+from tests.django_dropin import project
 
 
 def main(root: Path, handler: str) -> None:

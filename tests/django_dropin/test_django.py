@@ -1,6 +1,6 @@
 """aiosendfile.django: a Django project answers as on stock Django, its file bodies sent as files.
 
-The project (tests/django/project.py) is served by uvicorn in the test's loop
+The project (tests/django_dropin/project.py) is served by uvicorn in the test's loop
 (asyncio and uvloop): by Django's own handler on stock uvicorn, the reference,
 and by aiosendfile.django's handler on aiosendfile.uvicorn's protocol (every file
 message offered), on one offering pathsend alone, and on stock uvicorn (none:

@@ -1,0 +1,1 @@
+"""The Django drop-in: aiosendfile/django.py."""
