@@ -6,7 +6,7 @@ from . import _core
 from ._errors import IncompleteReceiveError, SendfileNotAvailableError, TransportClosingError
 from ._receiving.api import receive
 from ._sending.api import send, which_path
-from ._settings import get_chunk_size, set_chunk_size
+from ._settings import get_chunk_size, get_tls_write_size, set_chunk_size, set_tls_write_size
 from ._transports import PathChoice
 
 __version__ = "0.1.0"
@@ -22,9 +22,11 @@ __all__ = (
     "SendfileNotAvailableError",
     "TransportClosingError",
     "get_chunk_size",
+    "get_tls_write_size",
     "receive",
     "send",
     "sendfile",
     "set_chunk_size",
+    "set_tls_write_size",
     "which_path",
 )

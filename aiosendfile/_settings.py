@@ -1,6 +1,7 @@
 """The engine's settings: read at every use, so a change applies to later steps.
 
-Public through set_chunk_size() and get_chunk_size() only.  The benchmark sets the
+Public through set_chunk_size(), set_tls_write_size() and their getters only.  The
+benchmark sets the
 others (the lag workload's `aiosendfile-blind` row uses `blind()` to show what the
 page-cache checks and fair shares are worth; the upload workload compares pipe
 sizes).
@@ -12,6 +13,12 @@ import dataclasses
 
 MiB = 1024 * 1024
 DEFAULT_CHUNK_SIZE = 256 * 1024
+# The most one write() hands a TLS transport (two TLS records): its memory BIO grows
+# to the largest write it encrypted and never shrinks, so every TLS connection keeps
+# this much for its life.  32 KiB is the largest that keeps a stalled TLS download
+# within 64 KiB of an idle connection (docs/reliability.md); 64 KiB writes cost less
+# CPU per byte (docs/benchmarks.md, "TLS write size").
+DEFAULT_TLS_WRITE_SIZE = 32 * 1024
 # Below this, each writable event's Python and epoll costs dominate the CPU of many
 # sends at once (docs/benchmarks.md, "Settings chosen by measurement", has the figures).
 DEFAULT_MIN_SHARE = 512 * 1024
@@ -40,6 +47,8 @@ class EngineSettings:
     # (a TLS transport takes smaller ones: _sending/buffered.py).  asyncio's 16 KiB
     # is several times slower over TLS (docs/usage.md, "Which path is taken").
     chunk_size: int = DEFAULT_CHUNK_SIZE
+    # The buffered path's largest write to a TLS transport (_sending/buffered.py).
+    tls_write_size: int = DEFAULT_TLS_WRITE_SIZE
 
 
 ENGINE = EngineSettings()
@@ -47,11 +56,29 @@ ENGINE = EngineSettings()
 
 def set_chunk_size(nbytes: int) -> None:
     """Sets the buffered path's largest read for later sends (default 256 KiB)."""
+    ENGINE.chunk_size = _size("chunk size", nbytes, 1)
+
+
+def set_tls_write_size(nbytes: int) -> None:
+    """Sets the buffered path's largest write to a TLS transport for later sends
+    (default 32 KiB, at least 1 KiB).  Every TLS connection that sent a file keeps
+    about this much memory for its life: OpenSSL's buffer grows to the largest write
+    and never shrinks.  64 KiB writes cost less CPU per byte sent, and 32 KiB more
+    per connection (docs/usage.md, "Which path is taken")."""
+    ENGINE.tls_write_size = _size("TLS write size", nbytes, 1024)
+
+
+def get_tls_write_size() -> int:
+    """The buffered path's largest write to a TLS transport."""
+    return ENGINE.tls_write_size
+
+
+def _size(what: str, nbytes: int, least: int) -> int:
     if not isinstance(nbytes, int) or isinstance(nbytes, bool):
-        raise TypeError(f"chunk size must be an int, not {type(nbytes).__name__}")
-    if nbytes < 1:
-        raise ValueError(f"chunk size must be >= 1 (got {nbytes})")
-    ENGINE.chunk_size = nbytes
+        raise TypeError(f"{what} must be an int, not {type(nbytes).__name__}")
+    if nbytes < least:
+        raise ValueError(f"{what} must be >= {least} (got {nbytes})")
+    return nbytes
 
 
 def get_chunk_size() -> int:

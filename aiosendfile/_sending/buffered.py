@@ -17,8 +17,8 @@ stalled send holds is held a thousand times.  So:
 - the next chunk waits until the transport's own buffer is empty (what it holds
   goes first), then, if the socket has no room, until the socket is writable:
   a send waiting on a slow peer holds no file bytes;
-- a TLS transport gets at most TLS_WRITE_SIZE per write(), so its BIO stays
-  that small; a chunk's pieces stop as soon as the transport holds bytes, and
+- a TLS transport gets at most ENGINE.tls_write_size per write(), so its BIO
+  stays that small; a chunk's pieces stop as soon as the transport holds bytes, and
   before the send waits, what the transport did not take is dropped and read
   again later (a regular file; a pipe's rest waits in the chunk);
 - the kernel may refuse bytes SO_SNDBUF has room for (past TCP_NOTSENT_LOWAT,
@@ -59,13 +59,6 @@ from .chunks import ChunkReader
 from .flow import Flow
 from .transfer import Transfer
 
-# The most one write() hands a TLS transport (two TLS records): its memory BIO grows
-# to the largest encrypted write and never shrinks, so every TLS connection keeps
-# this much.  Each write has a fixed cost in the transport, so fewer, larger writes
-# are faster: this is the largest that keeps a stalled TLS download within 64 KiB of
-# an idle connection (docs/reliability.md, "Load, memory per connection and leaks",
-# has the figures of each size).
-TLS_WRITE_SIZE = 32 * 1024
 # Below this much room a chunk is not worth a read and a write: wait for the socket.
 MIN_CHUNK = 16 * 1024
 # What a TLS record adds to 16 KiB of plaintext (TLS 1.2 CBC at worst), and what the
@@ -103,7 +96,7 @@ class Room:
         # (docs/benchmarks.md, "Buffered turns").  It reads chunks of up to chunk_size
         # into the one buffer and hands them over in writes of write_size (TLS: its BIO
         # stays that small).
-        self.write_size = min(chunk_size, TLS_WRITE_SIZE) if self.tls else chunk_size
+        self.write_size = min(chunk_size, ENGINE.tls_write_size) if self.tls else chunk_size
         self.read_size = chunk_size
         self.min_chunk = min(chunk_size, MIN_CHUNK)
         self._loop = asyncio.get_running_loop()

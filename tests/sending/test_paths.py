@@ -244,6 +244,15 @@ def test_chunk_size_setting() -> None:
         aiosendfile.set_chunk_size(1.5)  # type: ignore[arg-type]
 
 
+def test_tls_write_size_setting() -> None:
+    assert aiosendfile.get_tls_write_size() == 32 * 1024
+    with pytest.raises(ValueError, match="TLS write size must be >= 1024"):
+        aiosendfile.set_tls_write_size(1023)
+    with pytest.raises(TypeError):
+        aiosendfile.set_tls_write_size(True)  # type: ignore[arg-type]
+    assert aiosendfile.get_tls_write_size() == 32 * 1024
+
+
 @pytest.mark.parametrize(
     ("env", "expected"), [({}, "c"), ({"AIOSENDFILE_NO_EXTENSIONS": "1"}, "py")]
 )

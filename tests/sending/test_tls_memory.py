@@ -8,13 +8,15 @@ import os
 import socket
 import struct
 import termios
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import aiosendfile
 from aiosendfile._sending import buffered
+from aiosendfile._settings import DEFAULT_TLS_WRITE_SIZE
 
 from ..conftest import Connection
 from ..subprocesses import run_load
@@ -195,14 +197,28 @@ class Measuring:
         return getattr(self._inner, name)
 
 
+@pytest.fixture(params=["default", "64K"])
+def tls_write_size(request: pytest.FixtureRequest) -> Iterator[int]:
+    """The TLS write size, as it ships and as set_tls_write_size() sets it."""
+    if request.param == "default":
+        yield aiosendfile.get_tls_write_size()
+        return
+    aiosendfile.set_tls_write_size(64 * 1024)
+    try:
+        yield 64 * 1024
+    finally:
+        aiosendfile.set_tls_write_size(DEFAULT_TLS_WRITE_SIZE)
+
+
 async def test_tls_writes_fit_the_socket(
     stalled_connection: Callable[..., Any],
     stalled_send: Callable[..., Any],
     make_file: Callable[..., Path],
+    tls_write_size: int,
 ) -> None:
-    """A slow reader over TLS: every write is at most one record, goes to a transport
-    holding nothing, and is no bigger than the socket's room (or one record when the
-    socket, just writable, says less)."""
+    """A slow reader over TLS: every write is at most the TLS write size, goes to a
+    transport holding nothing, and is no bigger than the socket's room (or one chunk's
+    least when the socket, just writable, says less)."""
     size = 6 * 1024 * 1024 + 7
     path = make_file(size)
     conn: Connection = await stalled_connection("tls", "transport", sndbuf=64 * 1024)
@@ -219,8 +235,10 @@ async def test_tls_writes_fit_the_socket(
     assert writes[0][0] == 4  # the header
     body = writes[1:]
     assert sum(n for n, _, _ in body) == size
-    assert len(body) > size // buffered.TLS_WRITE_SIZE
-    assert max(n for n, _, _ in body) <= buffered.TLS_WRITE_SIZE
+    assert len(body) > size // tls_write_size
+    assert max(n for n, _, _ in body) <= tls_write_size
+    if tls_write_size > DEFAULT_TLS_WRITE_SIZE:
+        assert max(n for n, _, _ in body) > DEFAULT_TLS_WRITE_SIZE, "the setting went unused"
     assert all(held == 0 for _, held, _ in body), "a write went to a transport holding bytes"
     too_big = [(n, room) for n, _, room in body if n > max(room, buffered.MIN_CHUNK)]
     assert not too_big, f"writes bigger than the socket's room: {too_big[:5]}"
