@@ -1,11 +1,11 @@
 """Range requests answered as nginx answers them: which ranges, If-Range, the multipart framing.
 
-Framework-neutral (strings and integers in, strings and integers out), for an
-integration whose framework answers no Range request itself (Litestar's).  The
-rules are nginx's (ngx_http_range_filter_module with max_ranges 100), as
-aiosendfile.aiohttp applies them to several ranges: a header is answered part by
-part, or ignored (the whole file, 200), or found unsatisfiable (416, ``bytes
-*/SIZE``).
+Framework-neutral (strings and integers in, strings and integers out): for an
+integration whose framework answers no Range request itself (Litestar's), and for
+the several ranges aiohttp would answer 416 (aiosendfile.aiohttp).  The rules are
+nginx's (ngx_http_range_filter_module with max_ranges 100): a header is answered
+part by part, or ignored (the whole file, 200), or found unsatisfiable (416,
+``bytes */SIZE``).
 """
 
 from __future__ import annotations

@@ -57,7 +57,6 @@ import io
 import logging
 import os
 import pathlib
-import re
 import secrets
 import stat
 import sys
@@ -80,6 +79,7 @@ from ._aiohttp_compat import (
     siblings,
     validators,
 )
+from ._byteranges import ranges_asked
 from ._sending.api import send, which_path
 
 __all__ = ("FileResponse", "StaticResource", "add_static")
@@ -392,54 +392,15 @@ class FileResponse(FileResponseHooks):
 # loop, or an executor thread for good).
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
-# The most ranges a request is answered with part by part; past it, the whole file
-# (200), as nginx answers past its max_ranges.  Each part costs a send() and its
-# framing; the parts' sum never exceeds the file (see _ranges_asked()).
-MAX_RANGES = 100
-
-_RANGE_SPEC = re.compile(r"[ \t]*(\d*)[ \t]*-[ \t]*(\d*)[ \t]*", re.ASCII)
-
 
 def _ranges_asked(value: str, size: int) -> list[tuple[int, int]] | None:
     """The ranges of a Range header `value` naming several, as nginx reads them
-    (ngx_http_range_parse): [(start, end)] (end exclusive) in the order asked,
-    neither merged nor sorted; [] when none is satisfiable (416); None when the
-    header is to be ignored (200, the whole file).
-
-    A range starting past the end is left out; one reaching past it is cut at the
-    end.  Ignored: a header with more than MAX_RANGES satisfiable ranges, or whose
-    ranges add up to more than the file (overlapping ranges that would send it
-    many times over), or with a range starting at 0 of an empty file.  A header
-    that is not `bytes=` and ranges, comma-separated, is not satisfiable (aiohttp
-    answers a malformed single range so too).
-    """
-    unit, _, specs = value.partition("=")
+    (_byteranges.ranges_asked(): None, the whole file; [] for 416), but for a unit
+    other than bytes: not satisfiable, as aiohttp answers a single range so."""
+    unit, _, _ = value.partition("=")
     if unit.strip().lower() != "bytes":
         return []
-    ranges: list[tuple[int, int]] = []
-    total = 0
-    for spec in specs.split(","):
-        match = _RANGE_SPEC.fullmatch(spec)
-        if match is None or match[1] == match[2] == "":
-            return []
-        first, last = match.groups()
-        try:
-            if not first:  # a suffix: the last `last` bytes
-                start, end = max(size - int(last), 0), size
-            else:
-                start, end = int(first), min(int(last) + 1, size) if last else size
-        except ValueError:
-            return []  # more digits than int() takes: no file is that large
-        if start < end:
-            ranges.append((start, end))
-            total += end - start
-            if len(ranges) > MAX_RANGES:
-                return None
-        elif start == 0:
-            return None  # nginx's rule: an empty file, asked from its start
-    if ranges and total > size:
-        return None
-    return ranges
+    return ranges_asked(value, size)
 
 
 @dataclasses.dataclass

@@ -43,7 +43,8 @@ except ImportError:
     pytest.skip("aiohttp or httpx is not installed", allow_module_level=True)
 
 from aiosendfile._aiohttp_compat import AIOHTTP as AIOHTTP_HAS
-from aiosendfile.aiohttp import MAX_RANGES, FileResponse, add_static
+from aiosendfile._byteranges import MAX_RANGES
+from aiosendfile.aiohttp import FileResponse, add_static
 
 from ..conftest import pattern
 from ..http_cases import curl, etag_of, serving
