@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import hashlib
 import itertools
+import logging
 import os
 import select
 import shutil
@@ -177,6 +178,35 @@ def no_leaks_no_loop_errors() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def tls_ca() -> trustme.CA:
     return trustme.CA()
+
+
+@pytest.fixture
+def certfile(tls_ca: trustme.CA, tmp_path: Path) -> Path:
+    """A server's certificate and key for 127.0.0.1 and localhost, in one PEM file (what
+    uvicorn's --ssl-certfile and ssl.SSLContext.load_cert_chain() take)."""
+    path = tmp_path / "server.pem"
+    tls_ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(
+        str(path)
+    )
+    return path
+
+
+# --- send()'s DEBUG log: the path each send took ---
+
+
+@pytest.fixture
+def debug_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    with caplog.at_level(logging.DEBUG, logger="aiosendfile"):
+        yield caplog
+
+
+def sends(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The paths send() took, from its DEBUG log: "quick", "zerocopy", "buffered"."""
+    return [
+        r.getMessage().split(": ")[1].split(" ")[0]
+        for r in caplog.records
+        if r.name == "aiosendfile" and r.getMessage().startswith("send ")
+    ]
 
 
 @pytest.fixture(scope="session")

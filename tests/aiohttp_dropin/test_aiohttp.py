@@ -21,7 +21,6 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,7 @@ from aiosendfile._aiohttp_compat import AIOHTTP as AIOHTTP_HAS
 from aiosendfile._aiohttp_compat import CAPABILITIES, SIBLINGS, Capabilities
 from aiosendfile.aiohttp import FileResponse, StaticResource, add_static
 
-from ..conftest import pattern
+from ..conftest import pattern, sends
 from ..http_cases import (
     AIOHTTP,
     FILE_CASES,
@@ -134,21 +133,6 @@ def make_app(root: Path, ours: bool, **static: Any) -> web.Application:
     else:
         app.router.add_static("/static", root, **static)
     return app
-
-
-def sends(caplog: pytest.LogCaptureFixture) -> list[str]:
-    """The paths send() took, from its DEBUG log: "quick", "zerocopy", "buffered"."""
-    return [
-        r.getMessage().split(": ")[1].split(" ")[0]
-        for r in caplog.records
-        if r.name == "aiosendfile" and r.getMessage().startswith("send ")
-    ]
-
-
-@pytest.fixture
-def debug_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    with caplog.at_level(logging.DEBUG, logger="aiosendfile"):
-        yield caplog
 
 
 def problems(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import logging
 import os
 import re
 import shutil
@@ -46,11 +45,11 @@ from aiosendfile._aiohttp_compat import AIOHTTP as AIOHTTP_HAS
 from aiosendfile._byteranges import MAX_RANGES
 from aiosendfile.aiohttp import FileResponse, add_static
 
-from ..conftest import pattern
+from ..conftest import pattern, sends
 from ..http_cases import curl, etag_of, serving
 from ..subprocesses import env_importing_this_package, strace_program, trace_lines
 from .test_aiohttp import app_of as drop_ins_app
-from .test_aiohttp import drop_ins_without, sends
+from .test_aiohttp import drop_ins_without
 
 # Several ranges are the drop-in's where it hands over Range and the body (aiohttp
 # 3.11.10 on); before, aiohttp answers them 416 (tests/aiohttp_dropin/test_aiohttp.py's table).
@@ -209,13 +208,6 @@ async def by_curl(url: str, headers: dict[str, str], ca: str | None, method: str
 
 
 ASKED = {"Accept-Encoding": "identity"}
-
-
-@pytest.fixture
-def debug_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    """send()'s DEBUG lines, which say the path each send took."""
-    with caplog.at_level(logging.DEBUG, logger="aiosendfile"):
-        yield caplog
 
 
 @pytest.fixture

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import random
 import re
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,12 +64,6 @@ def root(tmp_path: Path) -> Path:
     for name, data in PAGES.items():
         (directory / name).write_bytes(data)
     return directory
-
-
-@pytest.fixture
-def debug_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    with caplog.at_level(logging.DEBUG, logger="aiosendfile"):
-        yield caplog
 
 
 # --- the apps: the same routes with Starlette's classes or ours ---
@@ -264,13 +256,6 @@ GRID = [
 def server_class(http: str, server: str) -> type[asyncio.Protocol]:
     stock, ours = protocols(http)
     return {"ours": ours, "pathsend": NoFileRanges, "stock": stock}[server]
-
-
-@pytest.fixture
-def certfile(tls_ca: trustme.CA, tmp_path: Path) -> Path:
-    path = tmp_path / "server.pem"
-    tls_ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(path))
-    return path
 
 
 @pytest.mark.parametrize(("http", "transport", "server"), GRID, ids=["-".join(g) for g in GRID])

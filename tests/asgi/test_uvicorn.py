@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trustme
 
+from ..conftest import sends
 from ..uvicorn_stack import (
     APPS,
     ask,
@@ -36,30 +36,6 @@ from ..uvicorn_stack import (
 @pytest.fixture
 def tree(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
     return tmp_path / "files", make_tree(tmp_path / "files")
-
-
-@pytest.fixture
-def certfile(tls_ca: trustme.CA, tmp_path: Path) -> Path:
-    path = tmp_path / "server.pem"
-    tls_ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(
-        str(path)
-    )
-    return path
-
-
-@pytest.fixture
-def debug_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    with caplog.at_level(logging.DEBUG, logger="aiosendfile"):
-        yield caplog
-
-
-def sends(caplog: pytest.LogCaptureFixture) -> list[str]:
-    """The paths send() took, from its DEBUG log: "quick", "zerocopy", "buffered"."""
-    return [
-        r.getMessage().split(": ")[1].split(" ")[0]
-        for r in caplog.records
-        if r.name == "aiosendfile" and r.getMessage().startswith("send ")
-    ]
 
 
 def app_errors(caplog: pytest.LogCaptureFixture) -> list[str]:

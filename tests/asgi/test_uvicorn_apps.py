@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import gzip
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,12 +71,6 @@ def server(request: pytest.FixtureRequest, tls_ca: trustme.CA, tmp_path: Path) -
     path = tmp_path / "server.pem"
     tls_ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(path))
     return http, path
-
-
-@pytest.fixture
-def debug_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    with caplog.at_level(logging.DEBUG, logger="aiosendfile"):
-        yield caplog
 
 
 def sent_by_send(caplog: pytest.LogCaptureFixture) -> int:

@@ -34,7 +34,7 @@ import aiosendfile.starlette
 from ..conftest import pattern
 from ..uvicorn_stack import Reply, httpx, normalized, protocols, require, serving, tls_client
 from .made_up_middleware import DropsUnknown, PassThrough
-from .test_uvicorn_apps import debug_log, errors, sent_by_send  # noqa: F401  (fixture)
+from .test_uvicorn_apps import errors, sent_by_send
 
 require(
     "brotli", "brotli_asgi", "starlette_compress", "sentry_sdk",
@@ -338,7 +338,7 @@ async def test_middleware_answers_as_on_stock(
     tmp_path: Path,
     tls_ca: trustme.CA,
     certificate: Path,
-    debug_log: pytest.LogCaptureFixture,  # noqa: F811
+    debug_log: pytest.LogCaptureFixture,
 ) -> None:
     root = tmp_path / "site"
     root.mkdir()

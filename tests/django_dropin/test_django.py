@@ -16,8 +16,6 @@ left by send(): on our protocol, every file body, by sendfile(2) on TCP.
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ from django.core.asgi import get_asgi_application as stock_application
 import aiosendfile.django
 import aiosendfile.uvicorn
 
+from ..conftest import sends
 from ..uvicorn_stack import Reply, httpx, normalized, protocols, serving, tls_client
 from . import project
 
@@ -60,28 +59,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, byte
         file.truncate(SPARSE)  # its pages are the kernel's zero page
     project.configure(root)
     return root, contents
-
-
-@pytest.fixture
-def debug_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    with caplog.at_level(logging.DEBUG, logger="aiosendfile"):
-        yield caplog
-
-
-@pytest.fixture
-def certfile(tls_ca: trustme.CA, tmp_path: Path) -> Path:
-    path = tmp_path / "server.pem"
-    tls_ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(path))
-    return path
-
-
-def sends(caplog: pytest.LogCaptureFixture) -> list[str]:
-    """The paths send() took, from its DEBUG log: "quick", "zerocopy", "buffered"."""
-    return [
-        r.getMessage().split(": ")[1].split(" ")[0]
-        for r in caplog.records
-        if r.name == "aiosendfile" and r.getMessage().startswith("send ")
-    ]
 
 
 # Where each kind of file body is served: Django's views, then the static files.

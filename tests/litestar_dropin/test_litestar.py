@@ -16,8 +16,6 @@ send(): one per file body of a GET where a way was offered, by sendfile(2) on TC
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +29,7 @@ import litestar
 import aiosendfile.litestar
 import aiosendfile.uvicorn
 
+from ..conftest import sends
 from ..uvicorn_stack import (
     MTIME,
     SIZES,
@@ -91,28 +90,6 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("litestar-site")
     make_tree(path)
     return path
-
-
-@pytest.fixture
-def debug_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    with caplog.at_level(logging.DEBUG, logger="aiosendfile"):
-        yield caplog
-
-
-@pytest.fixture
-def certfile(tls_ca: trustme.CA, tmp_path: Path) -> Path:
-    path = tmp_path / "server.pem"
-    tls_ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(path))
-    return path
-
-
-def sends(caplog: pytest.LogCaptureFixture) -> list[str]:
-    """The paths send() took, from its DEBUG log: "quick", "zerocopy", "buffered"."""
-    return [
-        r.getMessage().split(": ")[1].split(" ")[0]
-        for r in caplog.records
-        if r.name == "aiosendfile" and r.getMessage().startswith("send ")
-    ]
 
 
 Request = tuple[str, str, dict[str, str]]
