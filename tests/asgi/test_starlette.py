@@ -45,6 +45,7 @@ from ..uvicorn_stack import (
     tls_client,
     without_date_and_server,
 )
+from .made_up_middleware import DropsUnknown, PassThrough
 from .test_uvicorn_apps import errors, sent_by_send
 from .test_uvicorn_cli import ROOT, _environment, bytes_by_call, running
 
@@ -538,10 +539,34 @@ def traced_app() -> Any:
     return Starlette(routes=[Route("/file/{name}", file), Route("/loop", loop)])
 
 
-def test_ranges_leave_by_sendfile(root: Path, tmp_path: Path, curl: str) -> None:
+def traced_app_behind_middleware() -> Any:
+    """traced_app() mounted at /sub of an app with CORSMiddleware, itself under a
+    GZipMiddleware and two middleware the server cannot know (made_up_middleware)."""
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.middleware.cors import CORSMiddleware
+    from starlette.middleware.gzip import GZipMiddleware
+    from starlette.routing import Mount
+
+    inner = traced_app()
+    inner.add_middleware(GZipMiddleware)
+    inner.add_middleware(DropsUnknown)
+    inner.add_middleware(PassThrough)
+    outer = Middleware(CORSMiddleware, allow_origins=["*"])
+    pid = next(route for route in inner.routes if getattr(route, "path", "") == "/loop")
+    return Starlette(routes=[Mount("/sub", inner), pid], middleware=[outer])
+
+
+@pytest.mark.parametrize(
+    ("factory", "prefix"), [("traced_app", ""), ("traced_app_behind_middleware", "/sub")]
+)
+def test_ranges_leave_by_sendfile(
+    root: Path, tmp_path: Path, curl: str, factory: str, prefix: str
+) -> None:
     """One range and several, from a server under `strace -f`: the ranges' bytes left
     by sendfile(2); what write(2), writev(2) and sendto(2) carried is heads and
-    boundary lines, far less than the smallest range."""
+    boundary lines, far less than the smallest range.  Behind middleware too, on a
+    mount, where the messages reach the server as they were sent."""
     import shutil
 
     strace = shutil.which("strace")
@@ -552,13 +577,13 @@ def test_ranges_leave_by_sendfile(root: Path, tmp_path: Path, curl: str) -> None
     trace = tmp_path / "trace.txt"
     calls = "trace=accept,accept4,fcntl,sendfile,write,writev,sendto,sendmsg"
     argv = [strace, "-f", "-qq", "-o", str(trace), "-e", calls, sys.executable, "-m", "uvicorn"]
-    argv += ["--factory", "tests.asgi.test_starlette:traced_app"]
+    argv += ["--factory", f"tests.asgi.test_starlette:{factory}"]
     argv += ["--host", "127.0.0.1", "--port", "0"]
     argv += ["--no-access-log", "--http", "aiosendfile.uvicorn:HttpToolsProtocol"]
     log = tmp_path / "server.log"
     single, several = (1000, 1_000_999), [(0, 99_999), (200_000, 499_999)]
     with running(argv, _environment(root), log, stop_server=True) as base:
-        url = f"{base}/file/movie.mp4"
+        url = f"{base}{prefix}/file/movie.mp4"
         got = subprocess.run(
             [curl, "-sf", "-r", f"{single[0]}-{single[1]}", url], capture_output=True
         )
