@@ -16,6 +16,11 @@ server lets it go:
 
 - ``http.response.zerocopysend`` where the server offers it (aiosendfile.uvicorn's
   protocols): one message, the file from its offset, Content-Length bytes;
+- a file range (_asgi.ranges) where the server serves them (aiosendfile.uvicorn's
+  protocols) but offers this code no file message, as behind an ASGI middleware it
+  does not know: one body message standing for the file, sent by sendfile(2) where
+  it reaches the server as it was sent, else the bytes below, from the same offset;
+  none where a layer held the head (a compressor does, until the body comes);
 - ``http.response.pathsend`` where only that is offered, for a whole file still at
   its path;
 - else body messages of at most CHUNK bytes, each read by a worker (aiosendfile's
@@ -25,7 +30,10 @@ A body Django reads through a file-like object that is not such a file (BytesIO,
 a storage's remote file, a text file) is read through Django's own iterator in
 batches of about CHUNK bytes, each in Django's thread for the request, as
 ``sync_to_async(list)`` would have read them all.  A HEAD request gets the head
-and an empty body without a read: the server sends none.  Everything else is
+and the body's first block (FileResponse.block_size bytes), read as Django reads
+it, then the end: the server sends no body to a HEAD, but a layer that holds the
+head (a compressor) sets its headers from the first body message, and stock
+Django's first is that block, not an end.  Everything else is
 Django's: middleware, signals, the head (taken from Django's own send_response),
 closing the response (which closes the file and sends request_finished),
 streaming responses that are not files (a generator's: read whole, as ever;
@@ -72,6 +80,7 @@ from django.http import FileResponse, StreamingHttpResponse  # type: ignore[impo
 
 from . import _disk
 from ._asgi.bodies import PATHSEND, ZEROCOPYSEND
+from ._asgi.ranges import FILE_RANGES, RECEIPT, FileRange, Receipt
 from ._files import FileArgument, close_file_argument, start_file_argument
 
 __all__ = ("ASGIHandler", "get_asgi_application")
@@ -85,13 +94,15 @@ _PLAIN_FILES = (io.BufferedReader, io.BufferedRandom, io.FileIO)
 
 class _Request:
     """What send_response() needs of the request's scope: whether it is a HEAD,
-    and which file messages the server offered the handler."""
+    which file messages the server offered the handler, and whether it serves file
+    ranges."""
 
-    __slots__ = ("head_only", "offered")
+    __slots__ = ("file_ranges", "head_only", "offered")
 
-    def __init__(self, head_only: bool, offered: frozenset[str]) -> None:
+    def __init__(self, head_only: bool, offered: frozenset[str], file_ranges: bool) -> None:
         self.head_only = head_only
         self.offered = offered
+        self.file_ranges = file_ranges
 
 
 _request: ContextVar[_Request] = ContextVar("aiosendfile.django request")
@@ -249,7 +260,8 @@ class ASGIHandler(asgi.ASGIHandler):  # type: ignore[misc]
         if scope.get("type") != "http":
             await super().__call__(scope, receive, send)
             return
-        token = _request.set(_Request(scope.get("method") == "HEAD", _offered(scope)))
+        ranges = FILE_RANGES in (scope.get("extensions") or ())
+        token = _request.set(_Request(scope.get("method") == "HEAD", _offered(scope), ranges))
         try:
             await super().__call__(scope, receive, send)
         finally:
@@ -292,13 +304,19 @@ class ASGIHandler(asgi.ASGIHandler):  # type: ignore[misc]
         if head is None:  # not the Django this module knows: its own code sends it all
             await super().send_response(response, send)
             return
-        await send(head)
+        spans = body is not None and request.file_ranges and ZEROCOPYSEND not in request.offered
+        if spans and not request.head_only:
+            receipt = Receipt()
+            await send({**head, RECEIPT: receipt})
+            spans = receipt.arrived  # else a layer held the head: it wants the bytes
+        else:
+            await send(head)
         if request.head_only:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await self._send_first_block(response, send)
         elif body is None:
             await self._send_parts(response, send)
         else:
-            await _send_open_file(body, request.offered, send)
+            await _send_open_file(body, request.offered, spans, send)
 
     async def _send_servestatic(
         self, response: Any, body: _FileBody, offered: frozenset[str], send: Any
@@ -341,6 +359,15 @@ class ASGIHandler(asgi.ASGIHandler):  # type: ignore[misc]
         finally:
             await close_file_argument(opened)
 
+    async def _send_first_block(self, response: Any, send: Any) -> None:
+        """A HEAD's body as stock Django's begins (the module's docstring): the first
+        block with more to come, then the end."""
+        parts = iter(response.streaming_content)
+        first, _ = await sync_to_async(_take, thread_sensitive=True)(parts, 1)
+        for part in first:
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
     async def _send_parts(self, response: Any, send: Any) -> None:
         """A file-like body that is not a regular file: Django's own iterator, read in
         Django's thread for the request about CHUNK bytes at a time (not all at once)."""
@@ -355,9 +382,10 @@ class ASGIHandler(asgi.ASGIHandler):  # type: ignore[misc]
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def _send_open_file(body: _FileBody, offered: frozenset[str], send: Any) -> None:
-    """An open regular file's bytes: zerocopysend, pathsend (the whole file, still at
-    its path), or chunks."""
+async def _send_open_file(body: _FileBody, offered: frozenset[str], spans: bool, send: Any) -> None:
+    """An open regular file's bytes: zerocopysend, a file range (`spans`: the server
+    serves them and the head reached it), pathsend (the whole file, still at its
+    path), or chunks."""
     file = body.file
     if ZEROCOPYSEND in offered:
         await send(
@@ -372,6 +400,12 @@ async def _send_open_file(body: _FileBody, offered: frozenset[str], send: Any) -
         return
     if isinstance(file, io.BufferedRandom):
         file.flush()  # the application's unflushed writes are the file's, as its reads see
+    if spans and body.count:
+        span = FileRange(file, body.offset, body.count)
+        await send({"type": "http.response.body", "body": span, "more_body": True})
+        if span.withdraw():
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
     fd = file.fileno()
     opened = os.fstat(fd)
     whole = body.offset == 0 and body.count == opened.st_size

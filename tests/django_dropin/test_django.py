@@ -222,3 +222,69 @@ async def test_client_gone_midway(server: str, site: tuple[Path, dict[str, bytes
             await asyncio.wait_for(finished.wait(), 10)
     finally:
         request_finished.disconnect(on_finished)
+
+
+def _compress(app: Any) -> Any:
+    # starlette-compress, not Starlette's GZipMiddleware: that one leaves Django's
+    # "Content-Length" (its case) beside a compressed body, on stock Django too.
+    from starlette_compress import CompressMiddleware
+
+    return CompressMiddleware(app)
+
+
+def _unknown(app: Any) -> Any:
+    from ..asgi.made_up_middleware import DropsUnknown, PassThrough
+
+    return PassThrough(DropsUnknown(app))
+
+
+# Outer ASGI middleware: one the server cannot know that passes the body messages on,
+# and a compressor (it holds the head until the body's first message comes).
+WRAPPERS = {"unknown": _unknown, "compress": _compress}
+
+
+@pytest.mark.parametrize("wrapper", list(WRAPPERS))
+async def test_behind_outer_middleware(
+    wrapper: str, site: tuple[Path, dict[str, bytes]], debug_log: pytest.LogCaptureFixture
+) -> None:
+    pytest.importorskip("starlette_compress", reason="the test extra has it")
+    """Django wrapped in ASGI middleware: stock Django in it on stock uvicorn answers
+    as ours in it on our protocol.  Behind the unknown one, no file message is offered
+    to the handler, yet every file body of Django's FileResponse and WhiteNoise's
+    leaves by send() (a file range); ServeStatic's keep their own reads.  Behind the
+    compressor, what it compresses is compressed as on stock (a HEAD says what a
+    GET would), and what it leaves alone still leaves by send()."""
+    wrap = WRAPPERS[wrapper]
+    stock_protocol, our_protocol = protocols("httptools")
+    asked = [
+        (method, target, headers)
+        for method, target, headers in table()
+        if not target.startswith("/memory/")
+    ]
+    answers: list[list[Reply]] = []
+    counted: list[int] = []
+    for app, protocol in (
+        (wrap(stock_application()), stock_protocol),
+        (wrap(aiosendfile.django.get_asgi_application()), our_protocol),
+    ):
+        async with serving(app, protocol) as base, httpx.AsyncClient() as client:
+            answers.append([])
+            for request in asked:
+                before = len(sends(debug_log))
+                answers[-1] += await replies(base, client, [request])
+                counted.append(len(sends(debug_log)) - before)
+    for request, theirs, mine, sent in zip(
+        asked, answers[0], answers[1], counted[len(asked) :], strict=True
+    ):
+        assert mine == theirs, request
+        compressed = any(name.lower() == "content-encoding" for name, _ in mine.headers)
+        if not mine.body:
+            expected = None
+        elif compressed or request[1].startswith("/static/"):
+            # compressed: the compressor had the bytes; ServeStatic: its own reads,
+            # where no file message is offered
+            expected = 0
+        else:
+            expected = expected_sends("ours", request, mine)
+        if expected is not None:
+            assert sent == expected, (request, mine.status)
