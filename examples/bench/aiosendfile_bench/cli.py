@@ -29,7 +29,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import asgi, busy, files, ftp, nginx, ranges, report, runner, senders, summary, targets
+from . import (
+    asgi,
+    busy,
+    files,
+    frameworks,
+    ftp,
+    nginx,
+    ranges,
+    report,
+    runner,
+    senders,
+    summary,
+    targets,
+)
 from .files import Served
 from .progress import Progress
 from .results import Failure, Sample, Section, summarize
@@ -87,7 +100,14 @@ WORKLOAD_NAMES = (
 # examples/ftp_server.py (a checkout's, or --ftp-server).
 # --workloads asgi: Starlette on uvicorn and granian (uvicorn, starlette, granian).
 # --workloads ranges (range, multirange): Range requests to Starlette, aiohttp and nginx.
-OPT_IN_WORKLOADS = ("ftp-download", "ftp-upload", *asgi.WORKLOADS, *ranges.NAMES)
+# --workloads frameworks: Django, Litestar, Sanic and Tornado, stock against the drop-ins.
+OPT_IN_WORKLOADS = (
+    "ftp-download",
+    "ftp-upload",
+    *asgi.WORKLOADS,
+    *ranges.NAMES,
+    *frameworks.WORKLOADS,
+)
 ALL_WORKLOADS = WORKLOAD_NAMES + OPT_IN_WORKLOADS
 # --workloads shorthands: small is both small-file workloads, http both HTTP ones, ftp both FTP.
 WORKLOAD_ALIASES = {
@@ -96,6 +116,7 @@ WORKLOAD_ALIASES = {
     "ftp": "ftp-*",
     "asgi": "asgi-*",
     "ranges": "*range",
+    "frameworks": "framework-*",
 }
 
 
@@ -246,7 +267,8 @@ def build_parser(prog: str | None = None, lag: bool = False) -> argparse.Argumen
             + ", ".join(WORKLOAD_NAMES)
             + "; small is small-4k and small-64k, http is http-large and http-64k; ftp, "
             "ftp-download and ftp-upload, asgi, asgi-large and asgi-64k, ranges, range and "
-            "multirange, run only when named)"
+            "multirange, frameworks, framework-large, framework-64k and framework-lag, run "
+            "only when named)"
         ),
     )
     choice.add_argument(
@@ -347,6 +369,8 @@ def select_workloads(args: argparse.Namespace) -> list[Workload]:
         )
     workloads.update(asgi.workloads(workloads))  # shaped as the http ones
     workloads.update(ranges.workloads(args.size, args.requests, warmup))
+    # framework-lag: half --requests small GETs beside downloads of the --lag-size file.
+    workloads.update(frameworks.workloads(workloads, args.lag_size, max(1, args.requests // 2)))
     chosen = [workloads[name] for name in names]
     for workload in chosen:
         if workload.ranges and (why := ranges.too_small(workload)):

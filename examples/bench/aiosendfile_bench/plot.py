@@ -132,6 +132,11 @@ def _colour(row: str) -> str:
     name = row.removeprefix("tls-")
     if row in _COLOURS:
         return _COLOURS[row]
+    # The framework rows (frameworks.py): the drop-in as aiosendfile, the stock as aiohttp's.
+    if name.endswith("-dropin"):
+        return _COLOURS["aiohttp-dropin"]
+    if name.endswith("-stock"):
+        return _COLOURS["aiohttp"]
     for prefix, colour in _COLOURS.items():
         if name.startswith(prefix):
             return colour

@@ -36,6 +36,8 @@ a head, then the file.  Only file (body) bytes are counted and reported.
   the server).  The http workloads' requests read and check every head.
 - Ranges (``range``, ``multirange``): the same connection and pace, every GET with
   a Range header, every 206 checked (`aiosendfile_bench.ranges`).
+- framework-lag: downloads on one epoll thread, again and again, beside small GETs
+  whose latencies it reports (`aiosendfile_bench.framework_lag`).
 - Upload: the receiver is the sending end: it sends from memory with
   sendall(), and the row's close (once every byte is in the file) stops its clock.
 """
@@ -57,7 +59,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from . import measure, ranges
+from . import framework_lag, measure, ranges
 from .workloads import UPLOAD_BLOCK, Fetch, file_request, upload_block
 
 RECV_CHUNK = 16 << 20  # the most one recv(MSG_TRUNC) may discard: fewer calls
@@ -101,6 +103,10 @@ def run(fetch: Fetch, buffer: memoryview, tls: ssl.SSLContext | None) -> Result:
     workload = fetch.workload
     if workload.ranges:
         return ranged(fetch, buffer, tls)
+    if workload.beside:
+        if tls is not None:
+            raise ValueError("the receiver takes framework-lag over plain TCP only")
+        return framework_lag.exchange(fetch, buffer)
     if workload.kind == "requests":
         return requests(fetch, buffer, tls)
     if workload.kind == "upload":

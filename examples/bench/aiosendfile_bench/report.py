@@ -14,7 +14,7 @@ import platform
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import ranges, verdict
+from . import framework_lag, frameworks, ranges, verdict
 from .busy import Busy
 from .results import MIB, NOISE, Failure, RowFigures, Sample, Section, disagree
 from .targets import Verdict
@@ -106,6 +106,8 @@ def markdown(run: Run) -> str:
         lines.append(HTTP)
     if any(section.workload.ranges for section in run.sections):
         lines.append(ranges.NOTE)
+    if any(frameworks.is_framework(section.workload) for section in run.sections):
+        lines.append(frameworks.NOTE)
     if "files" in kinds:
         lines.append(LAG)
     if "upload" in kinds:
@@ -214,6 +216,12 @@ def section_title(section: Section, placement: Placement | None = None) -> str:
     over = " over TLS" if section.transport == "tls" else ""
     size = human_size(workload.file_size)
     cores = placement.describe(workload) if placement else ""
+    if workload.beside:
+        return (
+            f"Small GETs beside downloads: {workload.beside:,} GETs of "
+            f"{human_size(framework_lag.SMALL_SIZE)}, one at a time, while "
+            f"{workload.connections} connections download {size} again and again{cores}; {runs}"
+        )
     if workload.ranges:
         size = human_size(workload.served_size)
         if workload.ranges == 1:
@@ -266,6 +274,8 @@ def section_title(section: Section, placement: Placement | None = None) -> str:
 def _section(section: Section, placement: Placement | None, roles: Mapping[str, str]) -> list[str]:
     lines = [f"### {section_title(section, placement)}", ""]
     marks = _Marks(section, roles)
+    if section.workload.beside:
+        return lines + _beside_table(section, marks)
     if section.workload.http:
         return lines + _http_table(section, marks)
     if section.workload.kind == "files":
@@ -361,9 +371,16 @@ def _http_table(section: Section, marks: _Marks) -> list[str]:
     base = "uvicorn" if workload.name.startswith("asgi-") else "aiohttp"  # bench/asgi.py's
     if workload.ranges:
         base = "stock"  # Starlette's rows: uvicorn's own protocol; aiohttp's: aiohttp's own
+    # The framework tables: each drop-in to its framework's own response, and how much
+    # memory each server took on top of what it held (Django's and Sanic's read the file).
+    framework = frameworks.is_framework(workload)
+    if framework:
+        base = "stock"
     headers += [f"x {base}", *(f"x {ref}" for ref in refs), f"server CPU {unit}"]
     headers += [f"CPU x {base}", *(f"CPU x {ref}" for ref in refs)]
     headers += [f"server+receiver CPU {unit}", "peak RSS MiB"]
+    if framework:
+        headers.append("RSS growth MiB")
     lines = _header(headers)
     digits = 1 if requests else 2
     for figures in section.rows:
@@ -375,12 +392,31 @@ def _http_table(section: Section, marks: _Marks) -> list[str]:
         cells += [marks.cpu(figures, digits), marks.ratio(figures, figures.baseline, cpu=True)]
         cells += [marks.ratio(figures, ref, cpu=True) for ref in refs]
         cells += [f"{figures.cpu + figures.receiver_cpu:.{digits}f}", _mib(figures.rss_peak)]
+        if framework:
+            cells.append(_mib(figures.rss_growth))
         lines.append(_row(cells))
     for row, why in section.unsupported.items():  # a 416: the server does not serve it
         lines.append(_row([f"`{row}`", why.partition(" (")[0], *[""] * (len(headers) - 2)]))
     if section.receiver_ceiling is not None:
         cells = [_ceiling_name(section), _number(section.receiver_ceiling), ""]
-        cells += [""] * (len(headers) - len(cells) - 2) + [_busy(section), ""]
+        cells += [""] * (len(headers) - len(cells) - 2 - framework) + [_busy(section), ""]
+        lines.append(_row(cells + [""] * framework))
+    return lines
+
+
+def _beside_table(section: Section, marks: _Marks) -> list[str]:
+    """framework-lag: the small GETs' latencies (over every GET of every run), and the
+    downloads' pace beside them, each row against its `baseline` run for run."""
+    headers = ["row", "small GET p50 ms", "p99 ms", "max ms", "small GETs", "downloads MB/s"]
+    headers += ["x stock", "server CPU s/GiB", "CPU x stock", "peak RSS MiB"]
+    lines = _header(headers)
+    for figures in section.rows:
+        lag = figures.lag
+        assert lag is not None  # every row of a probe workload has one
+        cells = [f"`{figures.row}`", f"{lag.p50_ms:.2f}", f"{lag.p99_ms:.2f}"]
+        cells += [f"{lag.max_ms:.2f}", f"{lag.wakeups:,}", marks.value(figures)]
+        cells += [marks.ratio(figures, figures.baseline), marks.cpu(figures, 2)]
+        cells += [marks.ratio(figures, figures.baseline, cpu=True), _mib(figures.rss_peak)]
         lines.append(_row(cells))
     return lines
 

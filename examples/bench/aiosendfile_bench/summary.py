@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from . import frameworks
 from .report import Run, describe_busy, describe_machine, human_size
 from .results import Ratios, RowFigures, Sample, Section
 
@@ -36,6 +37,10 @@ OURS = {
     "uvicorn-aiosendfile": "uvicorn with aiosendfile's protocol",
     "uvicorn-dropin": "aiosendfile.starlette.FileResponse",
     "ftp-example": "the FTP example",
+    "django-dropin": "aiosendfile.django",
+    "litestar-dropin": "aiosendfile.litestar.File",
+    "sanic-dropin": "aiosendfile.sanic.file",
+    "tornado-dropin": "aiosendfile.tornado.StaticFileHandler",
 }
 STOCK = {
     "loop.sendfile": "asyncio's loop.sendfile",
@@ -44,6 +49,10 @@ STOCK = {
     "aiohttp": "aiohttp's own FileResponse",
     "uvicorn": "stock uvicorn",
     "pyftpdlib": "pyftpdlib",
+    "django-stock": "Django's FileResponse",
+    "litestar-stock": "Litestar's File",
+    "sanic-stock": "Sanic's file()",
+    "tornado-stock": "Tornado's StaticFileHandler",
 }
 
 
@@ -91,6 +100,8 @@ def sentence(
 ) -> str:
     what = describe(section)
     ours = [f for f in section.rows if roles.get(f.row) == "ours"]
+    if frameworks.is_framework(section.workload):
+        return _each_against_its_stock(section, what, ours, absent)
     # The row on each loop that a user runs: the first of the table's on that loop.
     by_loop: dict[str, RowFigures] = {}
     for figures in ours:
@@ -147,7 +158,9 @@ def describe(section: Section) -> str:
     """The workload in a few words: "64 MiB file, one connection", "... over TLS"."""
     workload = section.workload
     size = human_size(workload.file_size)
-    if workload.ranges:
+    if workload.beside:
+        what = f"Small GETs beside {workload.connections} downloads of {size}"
+    elif workload.ranges:
         what = (
             f"HTTP ranges, {workload.ranges} x {human_size(workload.file_size // workload.ranges)}"
         )
@@ -169,6 +182,27 @@ def describe(section: Section) -> str:
     return what + (" over TLS" if section.transport == "tls" else "")
 
 
+def _each_against_its_stock(
+    section: Section, what: str, ours: Sequence[RowFigures], absent: Mapping[str, str]
+) -> str:
+    """The framework tables: each drop-in against its own framework's stock row."""
+    if not ours:
+        return f"{what}: no aiosendfile row ran."
+    parts = []
+    for figures in ours:
+        subject, stock = _subject(figures.row), figures.baseline
+        if stock is None:
+            parts.append(f"{subject} compared with nothing")
+        elif section.row(stock) is None:
+            parts.append(f"{subject} compared with nothing; {_missing(stock, absent)}")
+        elif section.workload.beside:
+            parts.append(f"{subject} is {_lag(section, figures, stock)}")
+        else:
+            ratios = section.ratios(figures.row, stock, _value)
+            parts.append(f"{subject} is {judge(ratios, _name(stock))}")
+    return f"{what}: " + "; ".join(parts) + "."
+
+
 def _stock(section: Section, ours: RowFigures, roles: Mapping[str, str]) -> str | None:
     """The stock way this table compares with: the row's baseline, else the first peer
     among the table's references that is not nginx (asyncio's loop.sendfile)."""
@@ -182,7 +216,8 @@ def _lag(section: Section, ours: RowFigures, ref: str) -> str:
     theirs = section.row(ref)
     if ours.lag is None or theirs is None or theirs.lag is None:
         return f"not compared with {_name(ref)}"
-    return f"at a loop lag p99 of {ours.lag.p99_ms:.1f} ms, {_name(ref)} {theirs.lag.p99_ms:.1f} ms"
+    lag = "small-GET latency" if section.workload.beside else "loop lag"
+    return f"at a {lag} p99 of {ours.lag.p99_ms:.1f} ms, {_name(ref)} {theirs.lag.p99_ms:.1f} ms"
 
 
 def _missing(ref: str, absent: Mapping[str, str]) -> str:

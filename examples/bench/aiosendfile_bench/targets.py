@@ -86,7 +86,7 @@ def _targets() -> tuple[Target, ...]:
             Target("concurrent", "tcp", row, "value", ">=", 1.0, "nginx"),
             Target("concurrent", "tcp", row, "rss_growth", "<=", 10.0),
         ]
-    return tuple(targets + _http_targets() + _ftp_targets())
+    return tuple(targets + _http_targets() + _ftp_targets() + _framework_targets())
 
 
 # HTTP, aiosendfile.aiohttp.FileResponse against aiohttp's own on the same loop: the
@@ -139,6 +139,24 @@ def _ftp_targets() -> list[Target]:
                 targets.append(Target(workload, "tcp", ours, "value", ">=", bound, ref))
             for ref in FTP_CPU_REFS:
                 targets.append(Target(workload, "tcp", ours, "cpu", "<=", 1.0, ref))
+    return targets
+
+
+# Frameworks (frameworks.py), each drop-in against its own framework's stock file
+# response on the large file: 3x its throughput at most 0.3x its server CPU per GiB;
+# Django's (whose stock handler reads the file whole) under 10 MiB of memory growth.
+FRAMEWORKS = ("django", "litestar", "sanic", "tornado")
+
+
+def _framework_targets() -> list[Target]:
+    targets: list[Target] = []
+    for framework in FRAMEWORKS:
+        ours, theirs = f"{framework}-dropin", f"{framework}-stock"
+        targets += [
+            Target("framework-large", "tcp", ours, "value", ">=", 3.0, theirs),
+            Target("framework-large", "tcp", ours, "cpu", "<=", 0.3, theirs),
+        ]
+    targets.append(Target("framework-large", "tcp", "django-dropin", "rss_growth", "<=", 10.0))
     return targets
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
+from . import frameworks
 from .results import NOISE, RowFigures, Sample, Section
 
 ABOVE_LIMIT = "!"
@@ -100,10 +101,16 @@ def _line(section: Section, roles: Mapping[str, str], loops: Mapping[str, str]) 
     by_loop: dict[str | None, RowFigures] = {}
     for figures in sorted(ours, key=pick):
         by_loop.setdefault(loops.get(figures.row), figures)
+    chosen = list(by_loop.values())
+    if frameworks.is_framework(section.workload):
+        chosen = ours  # each drop-in against its own framework's stock row, in table order
     parts = []
-    for figures in by_loop.values():
+    for figures in chosen:
         against = []
-        for ref, is_limit in ((best_peer, False), (limit, True)):
+        refs: tuple[tuple[RowFigures | None, bool], ...] = ((best_peer, False), (limit, True))
+        if frameworks.is_framework(section.workload):
+            refs = ((section.row(figures.baseline) if figures.baseline else None, False),)
+        for ref, is_limit in refs:
             if ref is None:
                 continue
             said = [_compare(section, figures, ref, metric, is_limit) for metric in (lead, other)]

@@ -131,6 +131,10 @@ class Workload:
     # file bytes of one response, the ranges together.
     ranges: int = 0
     source_size: int = 0
+    # framework-lag (framework_lag.py): small GETs sent one at a time beside the
+    # `connections` downloads, which go on until they end; the receiver records each
+    # one's latency (as `probe` workloads record the server's lag) and counts the downloads.
+    beside: int = 0
 
     @property
     def unit(self) -> str:
