@@ -1,0 +1,1 @@
+"""aiosendfile.tornado's tests: Tornado's StaticFileHandler, its bodies sent by send()."""
