@@ -22,7 +22,7 @@ import asyncio
 import functools
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
 from . import _loop_state
@@ -53,6 +53,19 @@ def pread(fd: int, size: int, offset: int) -> asyncio.Future[bytes]:
     """os.pread in a worker, on a dup of `fd` that the worker closes."""
     own = os.dup(fd)
     return submit(functools.partial(_pread_own_fd, own, size, offset), owned_fd=own)
+
+
+async def read_range(fd: int, offset: int, count: int, chunk: int) -> AsyncIterator[bytes]:
+    """`count` bytes of `fd` from `offset`, at most `chunk` at a time, each read by a
+    worker once the one before was taken: how the framework drop-ins send a file as
+    body messages.  RuntimeError if the file ends first (it shrank)."""
+    end = offset + count
+    while offset < end:
+        data = await pread(fd, min(chunk, end - offset), offset)
+        if not data:
+            raise RuntimeError(f"the file shrank while it was sent (at byte {offset})")
+        offset += len(data)
+        yield data
 
 
 def populate(fd: int, offset: int, length: int) -> asyncio.Future[int]:

@@ -376,6 +376,22 @@ class FileArgument:
             self.file.close()
 
 
+class StatedFile(FileArgument):
+    """A FileArgument with its fstat(2), made where it was opened (by the worker that
+    opened it, where one did): the framework drop-ins' file of a response."""
+
+    def __init__(self, file: Any, owned: bool) -> None:
+        super().__init__(file, owned)
+        self.stat = os.fstat(file.fileno())
+
+
+async def open_stated(path: str | os.PathLike[str]) -> StatedFile:
+    """`path` opened for reading as send() opens a path (on the loop where its
+    filesystem cannot make open(2) wait, else by a worker); open()'s OSError."""
+    started = start_file_argument(path, "read", StatedFile)
+    return started if isinstance(started, StatedFile) else await started
+
+
 Direction = Literal["read", "write"]
 # What open(path, "rb") / open(path, "wb") and friends return: binary by
 # construction, so only closed and readable (writable) need checking: the

@@ -419,12 +419,7 @@ async def _send_open_file(body: _FileBody, offered: frozenset[str], spans: bool,
 
 async def _send_chunks(fd: int, offset: int, count: int, send: Any) -> None:
     """`count` bytes of the file from `offset`, CHUNK at a time, each read by a worker."""
-    end = offset + count
-    while offset < end:
-        chunk = await _disk.pread(fd, min(CHUNK, end - offset), offset)
-        if not chunk:
-            raise RuntimeError(f"the file shrank while it was sent (at byte {offset})")
-        offset += len(chunk)
+    async for chunk in _disk.read_range(fd, offset, count, CHUNK):
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 

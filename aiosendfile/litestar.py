@@ -81,7 +81,7 @@ from litestar.types import Receive, Scope, Send
 from . import _byteranges, _disk
 from ._asgi.bodies import PATHSEND, ZEROCOPYSEND
 from ._asgi.ranges import FILE_RANGES, RECEIPT, FileRange, Receipt
-from ._files import FileArgument, close_file_argument, start_file_argument
+from ._files import StatedFile, close_file_argument, open_stated
 
 __all__ = ("ASGIFileResponse", "File", "create_static_files_router")
 
@@ -101,15 +101,6 @@ def _way(scope: Scope) -> str | None:
         if name in extensions:  # `in`, not truth: an offer's dict may be empty
             return name
     return None
-
-
-class _OpenedFile(FileArgument):
-    """The response's file, opened, with its fstat(2) (by the worker that opened it
-    where one did)."""
-
-    def __init__(self, file: Any, owned: bool) -> None:
-        super().__init__(file, owned)
-        self.stat = os.fstat(file.fileno())
 
 
 class ASGIFileResponse(litestar_file.ASGIFileResponse):
@@ -260,7 +251,7 @@ class _Sending:
     __slots__ = ("head_passed", "opened", "send", "way")
 
     def __init__(
-        self, send: Send, opened: _OpenedFile | None, way: str | None, head_passed: bool
+        self, send: Send, opened: StatedFile | None, way: str | None, head_passed: bool
     ) -> None:
         self.send: Any = send  # the file messages are not among Litestar's types
         self.opened = opened
@@ -296,23 +287,18 @@ class _Sending:
             span = FileRange(opened.file, offset, count)
             await self.body(span)
             taken = span.withdraw()
-        end = offset + count
-        while not taken and offset < end:
-            chunk = await _disk.pread(opened.fd, min(CHUNK, end - offset), offset)
-            if not chunk:
-                raise RuntimeError(f"the file shrank while it was sent (at byte {offset})")
-            offset += len(chunk)
-            await self.body(chunk)
+        if not taken:
+            async for chunk in _disk.read_range(opened.fd, offset, count, CHUNK):
+                await self.body(chunk)
         if last:
             await self.end()
 
 
-async def _open(path: Any) -> _OpenedFile | None:
+async def _open(path: Any) -> StatedFile | None:
     """`path` opened as send() opens a path (on the loop where its filesystem cannot
     make open(2) wait, else by a worker); None where it cannot be opened."""
     try:
-        started = start_file_argument(path, "read", _OpenedFile)
-        return started if isinstance(started, _OpenedFile) else await started
+        return await open_stated(path)
     except OSError:
         return None
 

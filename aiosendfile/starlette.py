@@ -190,10 +190,7 @@ class _RangeSend:
         """The range as Starlette's range handlers send it: chunks read off the loop,
         the last one with `more_body` false if it ends the body."""
         assert opened.fd is not None
-        while start < end:
-            chunk = await _disk.pread(opened.fd, min(self.chunk_size, end - start), start)
-            if not chunk:
-                raise RuntimeError(f"the file shrank while it was sent (at byte {start})")
+        async for chunk in _disk.read_range(opened.fd, start, end - start, self.chunk_size):
             start += len(chunk)
             more_body = start < end or not last
             await self.send({"type": "http.response.body", "body": chunk, "more_body": more_body})
