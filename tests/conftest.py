@@ -228,6 +228,35 @@ def pattern(size: int, seed: int = 0) -> bytes:
     return (block * reps)[:size]
 
 
+MTIME = 1_700_000_000  # whole seconds: If-Modified-Since equal to Last-Modified is a hit
+
+
+def write_files(root: Path, sizes: dict[str, int]) -> dict[str, bytes]:
+    """A file of each size under `root` (made if missing), pattern() bytes seeded by
+    its place, with MTIME; returns their contents."""
+    root.mkdir(parents=True, exist_ok=True)
+    contents = {}
+    for seed, (name, size) in enumerate(sizes.items()):
+        contents[name] = pattern(size, seed)
+        (root / name).write_bytes(contents[name])
+        os.utime(root / name, (MTIME, MTIME))
+    return contents
+
+
+def nginx_multipart(
+    content_type: str, boundary: str, ranges: list[tuple[int, int]], data: bytes
+) -> bytes:
+    """The multipart/byteranges body nginx sends for `ranges` ([start, end) each) of
+    `data`, a file of `content_type`, with `boundary`."""
+    lines = f"\r\n--{boundary}\r\nContent-Type: {content_type}\r\n"
+    body = b"".join(
+        f"{lines}Content-Range: bytes {start}-{end - 1}/{len(data)}\r\n\r\n".encode()
+        + data[start:end]
+        for start, end in ranges
+    )
+    return body + f"\r\n--{boundary}--\r\n".encode()
+
+
 _TMP_NAMES = itertools.count()
 
 # pytest keeps the tmp_path of a test skipped from its body, as a failed test's (it

@@ -23,10 +23,9 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from .conftest import pattern
+from .conftest import MTIME, pattern
 
 MiB = 1024 * 1024
-MTIME = 1_700_000_000  # whole seconds: If-Modified-Since equal to Last-Modified is a hit
 SIZES = {"empty.bin": 0, "small.txt": 1000, "mid.bin": MiB + 1, "large.bin": 12 * MiB + 5}
 GZ = b"gzip sibling of small.txt"  # not real gzip: the server sends files, it never reads them
 BR = b"brotli sibling of small.txt"

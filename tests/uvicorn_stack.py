@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import pattern
+from .conftest import MTIME, write_files
 
 
 def require(*modules: str) -> None:
@@ -52,7 +52,6 @@ Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MiB = 1024 * 1024
-MTIME = 1_700_000_000
 SIZES = {"empty.bin": 0, "small.txt": 1000, "k64.bin": 64 * 1024, "large.bin": 2 * MiB + 5}
 DROPPED = ("date", "server")  # not about the file: they differ from run to run
 
@@ -67,13 +66,7 @@ def protocols(http: str) -> tuple[type[asyncio.Protocol], type[asyncio.Protocol]
 
 def make_tree(root: Path) -> dict[str, bytes]:
     """The files of SIZES under `root`, with a fixed mtime; returns their contents."""
-    root.mkdir(parents=True, exist_ok=True)
-    contents = {}
-    for seed, (name, size) in enumerate(SIZES.items()):
-        contents[name] = pattern(size, seed)
-        (root / name).write_bytes(contents[name])
-        os.utime(root / name, (MTIME, MTIME))
-    return contents
+    return write_files(root, SIZES)
 
 
 # --- the apps ---

@@ -29,7 +29,7 @@ import litestar
 import aiosendfile.litestar
 import aiosendfile.uvicorn
 
-from ..conftest import sends
+from ..conftest import nginx_multipart, sends
 from ..uvicorn_stack import (
     MTIME,
     SIZES,
@@ -324,10 +324,4 @@ def multipart(
     """The multipart/byteranges body nginx sends for `ranges`, with `reply`'s boundary."""
     kind, _, boundary = reply.headers["content-type"].partition("; boundary=")
     assert kind == "multipart/byteranges" and boundary, reply.headers
-    lines = f"\r\n--{boundary}\r\nContent-Type: {whole.headers['content-type']}\r\n"
-    body = b"".join(
-        f"{lines}Content-Range: bytes {start}-{end - 1}/{len(data)}\r\n\r\n".encode()
-        + data[start:end]
-        for start, end in ranges
-    )
-    return body + f"\r\n--{boundary}--\r\n".encode()
+    return nginx_multipart(whole.headers["content-type"], boundary, ranges, data)

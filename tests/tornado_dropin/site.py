@@ -4,7 +4,6 @@ StaticFileHandler (/stock/) and aiosendfile.tornado's (/ours/), in one server.""
 from __future__ import annotations
 
 import contextlib
-import os
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,20 +15,15 @@ import tornado.web
 
 import aiosendfile.tornado
 
-from ..conftest import pattern
+from ..conftest import write_files
 
 MiB = 1024 * 1024
-MTIME = 1_700_000_000
 SIZES = {"empty.bin": 0, "small.txt": 1000, "k200.bin": 200 * 1024 + 1, "large.bin": 3 * MiB + 5}
 
 
 def make_tree(root: Path) -> dict[str, bytes]:
     """The files of SIZES under `root`, with a fixed mtime; returns their contents."""
-    contents = {}
-    for seed, (name, size) in enumerate(SIZES.items()):
-        contents[name] = pattern(size, seed)
-        (root / name).write_bytes(contents[name])
-        os.utime(root / name, (MTIME, MTIME))
+    contents = write_files(root, SIZES)
     (root / "sub").mkdir(exist_ok=True)
     return contents
 

@@ -43,12 +43,12 @@ import httpx
 
 import aiosendfile.tornado
 
-from ..conftest import sends
+from ..conftest import MTIME, sends
 from ..disks import fuse_disk
 from ..loop_ticker import Ticker
 from ..page_cache import evict
 from ..subprocesses import env_importing_this_package, strace_program, trace_lines
-from .site import MTIME, SIZES, MiB, make_app, make_tree, serving
+from .site import SIZES, MiB, make_app, make_tree, serving
 
 DROPPED = ("date", "server")  # not about the file
 
