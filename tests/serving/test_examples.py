@@ -340,3 +340,49 @@ def test_aiohttp_loop_serves_curl(aiohttp_loop: Example, curl: str) -> None:
     rude_downloads(aiohttp_loop.url, "")
     assert get(curl, aiohttp_loop.url)[2] == SERVED
     aiohttp_loop.assert_quiet()
+
+
+# examples/tornado_app.py: aiosendfile.tornado's StaticFileHandler, and send() down an IOStream
+
+
+@pytest.fixture(scope="module")
+def tornado_app(loop_name: str, files: Path) -> Iterator[Example]:
+    pytest.importorskip("tornado")
+    with running("tornado_app.py", str(free_port()), loop_name=loop_name, files=files) as example:
+        yield example
+
+
+def test_tornado_app_serves_curl(tornado_app: Example, curl: str) -> None:
+    for path in ("downloads/served.bin", "static/served.bin", "detached/served.bin"):
+        status, _, body = get(curl, tornado_app.url + path)
+        assert (status, body) == ("http/1.1 200 ok", SERVED), path
+    status, headers, body = head_only(curl, tornado_app.url + "downloads/served.bin")
+    assert (status, body) == ("http/1.1 200 ok", b"")
+    assert f"content-length: {len(SERVED)}" in headers
+    status, _, body = get(curl, tornado_app.url + "downloads/served.bin", "-r", "10-19")
+    assert (status, body) == ("http/1.1 206 partial content", SERVED[10:20])
+    rude_downloads(tornado_app.url, "downloads/served.bin")
+    assert get(curl, tornado_app.url + "downloads/served.bin")[2] == SERVED
+    tornado_app.assert_quiet()
+
+
+# examples/sanic_app.py: aiosendfile.sanic's file() and install() on Sanic's own server
+
+
+@pytest.fixture(scope="module")
+def sanic_app(loop_name: str, files: Path) -> Iterator[Example]:
+    pytest.importorskip("sanic")
+    with running("sanic_app.py", str(free_port()), loop_name=loop_name, files=files) as example:
+        yield example
+
+
+def test_sanic_app_serves_curl(sanic_app: Example, curl: str) -> None:
+    status, _, body = get(curl, sanic_app.url + "report")
+    assert (status, body) == ("http/1.1 200 ok", SERVED[:100_000])
+    status, _, body = get(curl, sanic_app.url + "static/served.bin")
+    assert (status, body) == ("http/1.1 200 ok", SERVED)
+    status, _, body = get(curl, sanic_app.url + "static/served.bin", "-r", "10-19")
+    assert (status, body) == ("http/1.1 206 partial content", SERVED[10:20])
+    rude_downloads(sanic_app.url, "static/served.bin")
+    assert get(curl, sanic_app.url + "static/served.bin")[2] == SERVED
+    sanic_app.assert_quiet()

@@ -2,8 +2,8 @@
 
 A real ServerApp (jupyter-server's own initialisation, a token),
 its web application served in the test's loop, once with jupyter-server's own
-files handler and once with `--ContentsManager.files_handler_class=
-aiosendfile.jupyter.AuthenticatedFileHandler`: httpx's answers must be equal (but
+files handler and once with examples/jupyter_server_config.py, the config line the
+docs show: httpx's answers must be equal (but
 Date, Server and the per-server user cookie), and aiosendfile's log says each body
 of ours left by send().  Skipped where jupyter-server is not installed.
 """
@@ -39,16 +39,26 @@ def jupyter_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
+# The config file the docs show; beside an installed package's tests, its one line.
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "jupyter_server_config.py"
+
+
 def server_app(root: Path, files_handler_class: str | None) -> Any:
     argv = [
         "--ServerApp.token=secret",
         f"--ServerApp.root_dir={root}",
         "--ServerApp.open_browser=False",
     ]
-    if files_handler_class is not None:
+    if files_handler_class is not None and EXAMPLE.exists():
+        argv.append(f"--config={EXAMPLE}")
+    elif files_handler_class is not None:
         argv.append(f"--ContentsManager.files_handler_class={files_handler_class}")
     app = ServerApp()
     app.initialize(argv, new_httpserver=False)
+    assert app.contents_manager.files_handler_class.__name__ == "AuthenticatedFileHandler"
+    ours = files_handler_class is not None
+    wanted = "aiosendfile.jupyter" if ours else "jupyter_server.base.handlers"
+    assert app.contents_manager.files_handler_class.__module__ == wanted
     return app
 
 
