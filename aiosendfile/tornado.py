@@ -32,8 +32,12 @@ file is asked (up to 64 MiB, then cached per path): where the tag is Tornado's
 own, a worker makes it into Tornado's cache before Tornado's get() runs (the
 path checked first as get() checks it), and get() finds it there.
 
-Tornado's own body step stays wherever this one cannot stand in exactly: a HEAD,
-an empty range, an application with output transforms (`compress_response=True`:
+Tornado's own body step stays for a body of at most one of its chunks
+(TORNADO_CHUNK, 64 KiB): one read and one write, which cost less than a send()
+(64 KiB responses: 1.16x Tornado's CPU per response by send(), docs/benchmarks.md),
+at the price of that read's wait on a cold disk, as on stock.  It stays too
+wherever this one cannot stand in exactly: a HEAD, an application with output
+transforms (`compress_response=True`:
 gzip), a Content-Length a subclass changed, a connection that is not an
 HTTP1Connection on an IOStream, a subclass with its own `get_content()`.  Anyone
 else who iterates what `get_content()` returns gets the file's bytes, read as
@@ -75,6 +79,10 @@ __all__ = ("StaticFileHandler", "StreamTransport", "send")
 
 # The IOStream attribute under which its transport face lives while sends use it.
 _TRANSPORT = "_aiosendfile_transport"
+
+# StaticFileHandler.get_content()'s reads (a local of Tornado's): a body of one of them
+# or less is Tornado's to send (the module's docstring).
+TORNADO_CHUNK = 64 * 1024
 
 # asyncio's default write-buffer limits (a transport's, before the application's own).
 _HIGH_WATER = 64 * 1024
@@ -286,6 +294,14 @@ def _chain(source: asyncio.Future[None], target: asyncio.Future[None]) -> None:
 # --- the handler ---
 
 
+# (handler class, absolute path) -> the path its check resolved it to (a symlink's
+# target, Tornado's cache key), so that a path with a symlink in it is checked once,
+# not before each of get()'s own checks.  A stale entry (a link changed since) only
+# sends get() to hash the new target on the loop, as on stock: get() checks anew.
+_RESOLVED: dict[tuple[type, str], str] = {}
+_MOST_RESOLVED = 4096
+
+
 def _hash_into_cache(cls: Any, absolute_path: str) -> None:
     """In a worker: the file's version into Tornado's cache, as its
     _get_cached_version() puts it (the hash is made outside the cache's lock,
@@ -428,9 +444,14 @@ class StaticFileHandler(web.StaticFileHandler):
         absolute_path = self.get_absolute_path(self.root, self.path)
         if absolute_path in hashes:
             return True  # the common case: no symlink, hashed before
+        if _RESOLVED.get((cls, absolute_path)) in hashes:
+            return True  # a symlink's target, hashed before: get() checks the path
         validated = self.validate_absolute_path(self.root, absolute_path)
         if validated is None:
             return False  # redirected: get() would return here too
+        if len(_RESOLVED) >= _MOST_RESOLVED:
+            _RESOLVED.clear()
+        _RESOLVED[cls, absolute_path] = validated
         if validated not in hashes:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, _hash_into_cache, cls, validated)
@@ -465,8 +486,8 @@ class StaticFileHandler(web.StaticFileHandler):
         first = start or 0
         count = (self.get_content_size() if end is None else end) - first
         length = self._headers.get("Content-Length")
-        if count <= 0 or length != str(count):
-            return 0
+        if count <= TORNADO_CHUNK or length != str(count):
+            return 0  # one chunk or less: Tornado's one read and one write cost less
         return count
 
     async def _send_body(self, body: _FileBody) -> None:

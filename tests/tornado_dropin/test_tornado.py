@@ -124,7 +124,8 @@ async def test_answers_as_stock_tornado(
             where = (method, name, headers)
             assert mine == theirs, where
             if method == "GET" and theirs[0] in (200, 206) and theirs[2]:
-                assert len(sent) == 1, where
+                # one of Tornado's reads or less: Tornado's to send (the module's docstring)
+                assert len(sent) == (len(theirs[2]) > aiosendfile.tornado.TORNADO_CHUNK), where
                 if theirs[0] == 200:
                     assert theirs[2] == contents[name], where
             else:
@@ -135,7 +136,7 @@ async def test_answers_as_stock_tornado(
             again = await client.get(f"{base}/{prefix}/small.txt", headers={"If-None-Match": etag})
             assert again.status_code == 304 and again.content == b""
     paths = set(sends(debug_log))
-    assert paths == ({"buffered"} if tls else {"quick", "zerocopy"}), paths
+    assert paths == ({"buffered"} if tls else {"zerocopy"}), paths
 
 
 async def test_compression_is_left_to_tornado(
