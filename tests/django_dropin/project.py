@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.files import File
-from django.http import FileResponse, Http404, HttpResponse, StreamingHttpResponse
+from django.http import FileResponse, Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.urls import path
 from django.views.decorators.gzip import gzip_page
 
@@ -115,7 +115,13 @@ def generated(request: Any) -> StreamingHttpResponse:
     return StreamingHttpResponse((b"line %d\n" % i for i in range(5000)), content_type="text/plain")
 
 
+def process(request: Any) -> JsonResponse:
+    """The server's process id (a server under strace is strace's child)."""
+    return JsonResponse({"pid": os.getpid()})
+
+
 urlpatterns = [
+    path("loop", process),
     path("file/<path:name>", whole),
     path("attachment/<path:name>", attachment),
     path("seeked/<path:name>", seeked),

@@ -3,6 +3,7 @@ aiosendfile.litestar's (the same routes, the same files)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import litestar
 import litestar.response
 import litestar.static_files
-from litestar import HttpMethod, Litestar, route
+from litestar import HttpMethod, Litestar, get, route
 from litestar.config.compression import CompressionConfig
 
 # The routes whose answers are files: what each passes to File besides the path.
@@ -39,7 +40,13 @@ def make_app(root: Path, classes: ModuleType, *, compressed: bool = False) -> Li
             answer
         )
 
+    @get("/loop", sync_to_thread=False)
+    def process() -> dict[str, int]:
+        """The server's process id (a server under strace is strace's child)."""
+        return {"pid": os.getpid()}
+
     handlers: list[Any] = [route_for(prefix, options) for prefix, options in FILE_ROUTES.items()]
+    handlers.append(process)
     for prefix, options in STATIC.items():
         handlers.append(router(path=prefix, directories=[root], name=prefix, **options))
     compression = CompressionConfig(backend="gzip", minimum_size=100) if compressed else None
