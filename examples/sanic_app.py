@@ -9,6 +9,9 @@ of the directory (Sanic's static route, Range requests on).  The app is plain
 Sanic but for one import and one call: file() comes from aiosendfile.sanic, and
 install() hands the static routes to it, so every file body leaves by
 sendfile(2) on Sanic's own server instead of being read whole into memory.
+Sanic's own switch to uvloop (USE_UVLOOP, on by default) is off here, the loop
+left to asyncio: from Python 3.14 that switch warns, as it calls asyncio's
+deprecated event loop policy functions.  Delete the line to have Sanic pick uvloop.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import aiosendfile.sanic
 from aiosendfile.sanic import file
 
 app = Sanic("example")
+app.config.USE_UVLOOP = False  # the module's docstring says why
 
 
 @app.get("/report")
