@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import fcntl
 import hashlib
+import importlib.util
 import itertools
 import logging
 import os
@@ -226,6 +227,16 @@ def pattern(size: int, seed: int = 0) -> bytes:
     block = b"".join(struct.pack(">I", (i * 2654435761 + seed) & 0xFFFFFFFF) for i in range(16384))
     reps = size // len(block) + 1
     return (block * reps)[:size]
+
+
+def require(*modules: str) -> None:
+    """Skips the calling test module when one of `modules` is missing (fails under CI,
+    which installs the test extra)."""
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"not installed: {', '.join(missing)} (the test extra has them)")
+        pytest.skip(f"not installed: {', '.join(missing)}", allow_module_level=True)
 
 
 MTIME = 1_700_000_000  # whole seconds: If-Modified-Since equal to Last-Modified is a hit

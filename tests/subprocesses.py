@@ -42,6 +42,21 @@ def trace_lines(trace: str) -> list[str]:
     return lines
 
 
+# A call on a TCP socket and the bytes it moved, in `strace -f -yy` output (-yy names
+# a descriptor's socket).
+_MOVED = re.compile(r"^\d+\s+(\w+)\(\d+<TCP(?:v6)?:\[[^\]]*\]>,.*\)\s+=\s+(\d+)")
+
+
+def moved_on_sockets(trace: str) -> dict[str, int]:
+    """Bytes each call moved on TCP sockets (strace -yy names a descriptor's socket)."""
+    moved: dict[str, int] = {}
+    for line in trace_lines(trace):
+        found = _MOVED.match(line)
+        if found:
+            moved[found[1]] = moved.get(found[1], 0) + int(found[2])
+    return moved
+
+
 def strace_program() -> str:
     """strace's path; skips where it is missing (fails in CI, which installs it)."""
     strace = shutil.which("strace")

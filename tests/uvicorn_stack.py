@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import dataclasses
 import email.utils
-import os
 import re
 import socket
 import ssl
@@ -20,21 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Mutable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from .conftest import MTIME, write_files
-
-
-def require(*modules: str) -> None:
-    """Skips the calling test module when one of `modules` is missing (fails under CI)."""
-    import importlib.util
-
-    missing = [name for name in modules if importlib.util.find_spec(name) is None]
-    if missing:
-        if os.environ.get("CI"):
-            pytest.fail(f"not installed: {', '.join(missing)} (the test extra has them)")
-        pytest.skip(f"not installed: {', '.join(missing)}", allow_module_level=True)
-
+from .conftest import MTIME, require, write_files
 
 require("uvicorn", "httptools", "h11", "starlette", "fastapi", "servestatic", "httpx")
 

@@ -47,7 +47,7 @@ from aiosendfile.aiohttp import FileResponse, add_static
 
 from ..conftest import pattern, sends
 from ..http_cases import curl, etag_of, serving
-from ..subprocesses import env_importing_this_package, strace_program, trace_lines
+from ..subprocesses import env_importing_this_package, moved_on_sockets, strace_program
 from .test_aiohttp import app_of as drop_ins_app
 from .test_aiohttp import drop_ins_without
 
@@ -446,19 +446,6 @@ async def test_nginx_answers_the_table_the_same(nginx: str, root: Path, tmp_path
 
 
 # --- the parts' bytes leave by sendfile(2): serve under strace ---
-
-
-_MOVED = re.compile(r"^\d+\s+(\w+)\(\d+<TCP(?:v6)?:\[[^\]]*\]>,.*\)\s+=\s+(\d+)")
-
-
-def moved_on_sockets(trace: str) -> dict[str, int]:
-    """Bytes each call moved on TCP sockets (strace -yy names a descriptor's socket)."""
-    moved: dict[str, int] = {}
-    for line in trace_lines(trace):
-        found = _MOVED.match(line)
-        if found:
-            moved[found[1]] = moved.get(found[1], 0) + int(found[2])
-    return moved
 
 
 @contextlib.asynccontextmanager

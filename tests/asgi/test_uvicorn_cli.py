@@ -29,6 +29,7 @@ import pytest
 
 from aiosendfile._asgi.ranges import FILE_RANGES
 
+from ..conftest import require
 from ..subprocesses import SYSCALL, env_importing_this_package, trace_lines
 
 ROOT = "AIOSENDFILE_TEST_ROOT"  # the environment variable naming the served directory
@@ -40,19 +41,7 @@ START_TIMEOUT = 20  # seconds for a server to listen
 STOP_TIMEOUT = 10  # seconds for it to stop after SIGTERM
 
 
-def _require(*modules: str) -> None:
-    import importlib.util
-
-    missing = [name for name in modules if importlib.util.find_spec(name) is None]
-    if missing:
-        if os.environ.get("CI"):
-            pytest.fail(f"not installed: {', '.join(missing)} (the test extra has them)")
-        pytest.skip(f"not installed: {', '.join(missing)}", allow_module_level=True)
-
-
-_require(
-    "uvicorn", "httptools", "starlette", "fastapi", "servestatic", "gunicorn", "uvicorn_worker"
-)
+require("uvicorn", "httptools", "starlette", "fastapi", "servestatic", "gunicorn", "uvicorn_worker")
 
 
 def starlette_app(*middleware: Any, ours: bool = False) -> Any:

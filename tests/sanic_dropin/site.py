@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import importlib.util
 import itertools
-import os
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -16,19 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import pytest
-
-from ..conftest import write_files
-
-
-def require(*modules: str) -> None:
-    """Skips the calling test module when one of `modules` is missing (fails under CI)."""
-    missing = [name for name in modules if importlib.util.find_spec(name) is None]
-    if missing:
-        if os.environ.get("CI"):
-            pytest.fail(f"not installed: {', '.join(missing)} (the test extra has them)")
-        pytest.skip(f"not installed: {', '.join(missing)}", allow_module_level=True)
-
+from ..conftest import require, write_files
 
 require("sanic", "httpx")
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from .site import require
+from ..conftest import require
 
 require("sanic", "httpx")
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -23,7 +22,7 @@ from typing import Any
 import pytest
 import trustme
 
-from .site import require
+from ..conftest import require
 
 require("sanic", "httpx")
 
@@ -34,7 +33,7 @@ import aiosendfile.sanic  # noqa: E402
 
 from ..conftest import pattern, sends  # noqa: E402
 from ..footprint import open_fds  # noqa: E402
-from ..subprocesses import env_importing_this_package, strace_program, trace_lines  # noqa: E402
+from ..subprocesses import env_importing_this_package, moved_on_sockets, strace_program  # noqa: E402
 from .site import MiB, make_app, make_tree, serving, tls_client, wait_for  # noqa: E402
 
 SMALL_BUFFER = 64 * 1024  # the server's SO_SNDBUF and the client's SO_RCVBUF
@@ -216,18 +215,6 @@ async def test_writes_refused_while_the_file_goes(root: Path) -> None:
 
 
 # --- the bytes' way out: the server under strace ---
-
-_MOVED = re.compile(r"^\d+\s+(\w+)\(\d+<TCP(?:v6)?:\[[^\]]*\]>,.*\)\s+=\s+(\d+)")
-
-
-def moved_on_sockets(trace: str) -> dict[str, int]:
-    """Bytes each call moved on TCP sockets (strace -yy names a descriptor's socket)."""
-    moved: dict[str, int] = {}
-    for line in trace_lines(trace):
-        found = _MOVED.match(line)
-        if found:
-            moved[found[1]] = moved.get(found[1], 0) + int(found[2])
-    return moved
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from ..conftest import require
 from ..subprocesses import env_importing_this_package
 
 SERVED_FILE = "AIOSENDFILE_TEST_SERVED_FILE"  # the environment variable naming the file
@@ -41,15 +42,7 @@ WORKERS = {
 LOOPS = ["SelectorEventLoop", "UVLoop"]
 
 
-def _require(*modules: str) -> None:
-    missing = [name for name in modules if importlib.util.find_spec(name) is None]
-    if missing:
-        if os.environ.get("CI"):
-            pytest.fail(f"not installed: {', '.join(missing)} (the test extra has them)")
-        pytest.skip(f"not installed: {', '.join(missing)}", allow_module_level=True)
-
-
-_require("aiohttp", "gunicorn", "uvloop")
+require("aiohttp", "gunicorn", "uvloop")
 
 
 # The app: run by gunicorn (as tests.serving.test_worker:make_app) and by run_app (__main__ below).

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import shutil
 import signal
 import socket
@@ -47,7 +46,7 @@ from ..conftest import MTIME, sends
 from ..disks import fuse_disk
 from ..loop_ticker import Ticker
 from ..page_cache import evict
-from ..subprocesses import env_importing_this_package, strace_program, trace_lines
+from ..subprocesses import env_importing_this_package, moved_on_sockets, strace_program
 from .site import SIZES, MiB, make_app, make_tree, serving
 
 DROPPED = ("date", "server")  # not about the file
@@ -457,8 +456,6 @@ async def main():
 asyncio.run(main())
 """
 
-_MOVED = re.compile(r"^\d+\s+(\w+)\(\d+<TCP(?:v6)?:\[[^\]]*\]>,.*\)\s+=\s+(\d+)")
-
 
 async def test_bytes_leave_by_sendfile(tree: tuple[Path, dict[str, bytes]], tmp_path: Path) -> None:
     """Under strace: the file's bytes go by sendfile(2); only the head by another call."""
@@ -488,9 +485,7 @@ async def test_bytes_leave_by_sendfile(tree: tuple[Path, dict[str, bytes]], tmp_
             os.kill(int(child), signal.SIGINT)
         with contextlib.suppress(ProcessLookupError):
             await asyncio.wait_for(process.communicate(), 20)
-    moved: dict[str, int] = {}
-    for found in filter(None, map(_MOVED.match, trace_lines(trace.read_text()))):
-        moved[found[1]] = moved.get(found[1], 0) + int(found[2])
+    moved = moved_on_sockets(trace.read_text())
     head = moved.get("sendto", 0) + moved.get("write", 0) + moved.get("sendmsg", 0)
     body = len(contents["large.bin"])
     assert moved.get("sendfile", 0) + head >= body, moved
