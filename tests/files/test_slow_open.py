@@ -174,7 +174,12 @@ async def test_local_paths_open_on_the_loop_after_the_first(
     before = opened()
     for name in files:
         assert await aiosendfile.send(conn.writer, tmp_path / name) == len(files[name])
-    assert since(before) == {"worker": 1, "loop": 2}
+    # Each on the loop but the first, unless openat2 answered EAGAIN (a mount made
+    # meanwhile, as by another test's FUSE disk, ends its lookup in RCU mode): a worker
+    # then opens that path instead, as it should.
+    found = since(before)
+    assert found["worker"] + found["loop"] == 3 and found["worker"] >= 1, found
+    assert found["loop"] >= 1, found
     with pytest.raises(FileNotFoundError):
         await aiosendfile.send(conn.writer, tmp_path / "missing")
     assert await conn.received_after_close() == b"".join(files.values())
@@ -218,9 +223,15 @@ def test_open_cached(core: Core, tmp_path: Path) -> None:
         target.write_bytes(b"elsewhere")
         try:
             (tmp_path / "link").symlink_to(target)
-            os.stat(tmp_path / "link")  # every component in the dentry cache
-            with pytest.raises(OSError, match=r"\] openat2: ") as raised:
-                core.open_cached(str(tmp_path / "link"), os.O_RDONLY)
+            # A lookup RESOLVE_CACHED cannot finish in RCU mode answers EAGAIN, which
+            # a mount made meanwhile anywhere (another test's FUSE disk) can cause:
+            # asked again, with every component in the dentry cache, it says EXDEV.
+            for _ in range(50):
+                os.stat(tmp_path / "link")
+                with pytest.raises(OSError, match=r"\] openat2: ") as raised:
+                    core.open_cached(str(tmp_path / "link"), os.O_RDONLY)
+                if raised.value.errno != errno.EAGAIN:
+                    break
             assert raised.value.errno == errno.EXDEV
         finally:
             target.unlink()
