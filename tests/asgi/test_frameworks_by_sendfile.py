@@ -19,11 +19,10 @@ from typing import Any
 
 import pytest
 
-from ..conftest import pattern
+from ..conftest import pattern, require
 from .test_uvicorn_cli import ROOT, _environment, bytes_by_call, running
 
-pytest.importorskip("django", reason="Django is not installed (the test extra has it)")
-pytest.importorskip("litestar", reason="Litestar is not installed (the test extra has it)")
+require("django", "litestar")
 
 MiB = 1024 * 1024
 LARGE = pattern(2 * MiB + 5, 3)

@@ -22,17 +22,18 @@ from typing import Any
 import pytest
 import trustme
 
-pytest.importorskip("django", reason="Django is not installed (the test extra has it)")
-pytest.importorskip("whitenoise", reason="WhiteNoise is not installed (the test extra has it)")
+from ..conftest import require
 
-from django.core.asgi import get_asgi_application as stock_application
+require("django", "whitenoise")
 
-import aiosendfile.django
-import aiosendfile.uvicorn
+from django.core.asgi import get_asgi_application as stock_application  # noqa: E402
 
-from ..conftest import sends
-from ..uvicorn_stack import Reply, httpx, normalized, protocols, serving, tls_client
-from . import project
+import aiosendfile.django  # noqa: E402
+import aiosendfile.uvicorn  # noqa: E402
+
+from ..conftest import sends  # noqa: E402
+from ..uvicorn_stack import Reply, httpx, normalized, protocols, serving, tls_client  # noqa: E402
+from . import project  # noqa: E402
 
 # Stock Django warns that it reads a synchronous iterator whole (FileResponse's, a
 # generator's); the reference runs it, and so does ours for a generator.
@@ -247,7 +248,7 @@ WRAPPERS = {"unknown": _unknown, "compress": _compress}
 async def test_behind_outer_middleware(
     wrapper: str, site: tuple[Path, dict[str, bytes]], debug_log: pytest.LogCaptureFixture
 ) -> None:
-    pytest.importorskip("starlette_compress", reason="the test extra has it")
+    require("starlette_compress")
     """Django wrapped in ASGI middleware: stock Django in it on stock uvicorn answers
     as ours in it on our protocol.  Behind the unknown one, no file message is offered
     to the handler, yet every file body of Django's FileResponse and WhiteNoise's

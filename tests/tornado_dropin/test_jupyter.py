@@ -16,15 +16,16 @@ from typing import Any
 import httpx
 import pytest
 
-pytest.importorskip("tornado", reason="tornado is not installed")
-pytest.importorskip("jupyter_server", reason="jupyter-server is not installed")
+from ..conftest import require
 
-from jupyter_server.serverapp import ServerApp
+require("tornado", "jupyter_server")
 
-from aiosendfile.tornado import TORNADO_CHUNK
+from jupyter_server.serverapp import ServerApp  # noqa: E402
 
-from ..conftest import sends
-from .site import SIZES, make_tree, serving
+from aiosendfile.tornado import TORNADO_CHUNK  # noqa: E402
+
+from ..conftest import sends  # noqa: E402
+from .site import SIZES, make_tree, serving  # noqa: E402
 
 OURS = "aiosendfile.jupyter.AuthenticatedFileHandler"
 DROPPED = ("date", "server", "set-cookie")
